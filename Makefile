@@ -1,0 +1,43 @@
+# One venv, one install stamp: `make install` is idempotent and re-runs only when pyproject.toml changes.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install run test lint typecheck check bench soak clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[engine,otel,loadtest,dev]'
+	touch $(STAMP)
+
+run: install
+	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000
+
+test: install
+	$(PY) -m pytest -m "not soak and not bench" $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check gateway deploy loadtest tests
+	$(VENV)/bin/ruff format --check gateway deploy loadtest tests
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+check: lint typecheck
+
+bench: install
+	$(PY) -m loadtest.bench
+
+soak: install
+	$(PY) -m pytest -m soak $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
