@@ -1,0 +1,160 @@
+"""OpenAI-API target: /v1/completions or /v1/chat/completions over httpx, streaming or not."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from loadtest.fastjson import dumps as _dumps
+from loadtest.metrics import RequestRecord
+from loadtest.sse import DONE, SSEParser, loads
+from loadtest.target import detail, error_kind
+from loadtest.workload import Prompt, Workload
+
+
+class OpenAITarget:
+    """Sends the workload to an OpenAI-compatible server (the gateway, LiteLLM, vLLM, ...)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        workload: Workload,
+        *,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        name: str = "openai",
+    ) -> None:
+        self.name = name
+        self._base_url = base_url.rstrip("/")
+        self._model = model
+        self._workload = workload
+        self._timeout = timeout
+        self._headers = {
+            "content-type": "application/json",
+            # Raw reads below assume an uncompressed body.
+            "accept-encoding": "identity",
+        }
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        path = "/chat/completions" if workload.endpoint == "chat" else "/completions"
+        self._url = self._base_url + path
+        self._client: httpx.AsyncClient | None = None
+        self._transport: httpx.AsyncBaseTransport | None = None
+
+    @classmethod
+    def with_transport(
+        cls, transport: httpx.AsyncBaseTransport, base_url: str, model: str, workload: Workload, **kw: Any
+    ) -> OpenAITarget:
+        """For tests: talk to an in-process ASGI app instead of a socket."""
+        target = cls(base_url, model, workload, **kw)
+        target._transport = transport
+        return target
+
+    async def open(self, max_concurrency: int) -> None:
+        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(self._timeout, connect=30.0),
+            limits=limits,
+            transport=self._transport,
+        )
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def body(self, prompt: Prompt) -> dict[str, Any]:
+        w = self._workload
+        body: dict[str, Any] = {"model": self._model, "max_tokens": w.max_tokens_for(prompt)}
+        if w.endpoint == "chat":
+            body["messages"] = prompt.chat_messages()
+        else:
+            body["prompt"] = prompt.text
+        if w.stream:
+            body["stream"] = True
+            if w.include_usage:
+                body["stream_options"] = {"include_usage": True}
+        if w.temperature is not None:
+            body["temperature"] = w.temperature
+        if w.ignore_eos:
+            body["ignore_eos"] = True
+        body.update(w.extra_body)
+        return body
+
+    async def send(self, prompt: Prompt) -> RequestRecord:
+        client = self._client
+        if client is None:
+            raise RuntimeError("OpenAITarget.send before open()")
+        content = _dumps(self.body(prompt))
+        stream = self._workload.stream
+        chat = self._workload.endpoint == "chat"
+        times: list[float] = []
+        usage_tokens: int | None = None
+        reported: bool | None = None
+        prompt_tokens: int | None = prompt.prompt_tokens
+        error: str | None = None
+        error_msg: str | None = None
+        start = time.perf_counter()
+        try:
+            async with client.stream("POST", self._url, content=content, headers=self._headers) as resp:
+                if resp.status_code != 200:
+                    body = await resp.aread()
+                    error, error_msg = f"http_{resp.status_code}", detail(body.decode("utf-8", "replace"))
+                elif stream:
+                    parser = SSEParser()
+                    done = False
+                    perf = time.perf_counter
+                    async for raw in resp.aiter_raw():
+                        now = perf()
+                        for event in parser.feed(raw):
+                            data = event.data
+                            if data == DONE:
+                                done = True
+                                continue
+                            obj: Any = loads(data)
+                            if "error" in obj:
+                                error, error_msg = "stream_error", detail(obj["error"])
+                                continue
+                            choices = obj.get("choices")
+                            if choices:
+                                c = choices[0]
+                                text = (c.get("delta") or {}).get("content") if chat else c.get("text")
+                                if text:
+                                    times.append(now)
+                            usage = obj.get("usage")
+                            if usage:
+                                usage_tokens = usage.get("completion_tokens")
+                                prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
+                    if not done and error is None:
+                        error, error_msg = "incomplete_stream", "the stream ended without data: [DONE]"
+                else:
+                    obj = loads(await resp.aread())
+                    times.append(time.perf_counter())
+                    if "error" in obj:
+                        error, error_msg = "response_error", detail(obj["error"])
+                    usage = obj.get("usage") or {}
+                    usage_tokens = usage.get("completion_tokens")
+                    prompt_tokens = usage.get("prompt_tokens", prompt_tokens)
+                    reported = usage_tokens is not None
+                    if usage_tokens is None:
+                        # No usage and no chunks to count: whitespace words are the only estimate left.
+                        c = (obj.get("choices") or [{}])[0]
+                        text = (c.get("message") or {}).get("content") if chat else c.get("text")
+                        usage_tokens = len((text or "").split())
+        except Exception as exc:  # every failure is a counted error, never an aborted run
+            error, error_msg = error_kind(exc), detail(repr(exc))
+        end = time.perf_counter()
+        return RequestRecord(
+            start=start,
+            end=end,
+            chunk_times=tuple(times),
+            output_tokens=usage_tokens if usage_tokens is not None else len(times),
+            prompt_tokens=prompt_tokens,
+            usage_reported=reported if reported is not None else usage_tokens is not None,
+            streamed=stream,
+            error=error,
+            error_detail=error_msg,
+        )
