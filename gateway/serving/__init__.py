@@ -1,0 +1,1 @@
+"""OpenAI <-> engine translation and the streaming state machines. Knows nothing of FastAPI or Triton."""

@@ -1,0 +1,1 @@
+"""Pure text handling: tokenizers, chat templates, incremental detokenizing, stop strings."""

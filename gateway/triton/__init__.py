@@ -1,0 +1,1 @@
+"""The only package that talks to Triton: tensor contract, config introspection, gRPC streams."""

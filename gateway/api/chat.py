@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from gateway.api.streaming import event_stream, until_disconnect
+from gateway.protocol.openai import ChatCompletion, ChatCompletionRequest
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions", response_model=ChatCompletion)
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
+    service = request.app.state.chat
+    prepared = service.prepare(body)
+    if body.stream:
+        return event_stream(request, service.stream(prepared))
+    return await until_disconnect(request, service.create(prepared))

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from gateway.api.streaming import event_stream, until_disconnect
+from gateway.protocol.openai import Completion, CompletionRequest
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=Completion)
+async def create_completion(body: CompletionRequest, request: Request) -> Any:
+    service = request.app.state.completions
+    prepared, echoes = service.prepare(body)
+    if body.stream:
+        return event_stream(request, service.stream(prepared, echoes))
+    return await until_disconnect(request, service.create(prepared, echoes))

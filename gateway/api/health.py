@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import ORJSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+router = APIRouter()
+
+
+@router.get("/health", include_in_schema=False)
+async def health() -> ORJSONResponse:
+    return ORJSONResponse({"status": "ok"})
+
+
+@router.get("/health/ready", include_in_schema=False)
+async def ready(request: Request) -> ORJSONResponse:
+    models = await request.app.state.readiness.check()
+    ok = bool(models) and all(models.values())
+    return ORJSONResponse(
+        {"status": "ready" if ok else "unavailable", "models": models}, status_code=200 if ok else 503
+    )
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

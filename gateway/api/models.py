@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from gateway.protocol.openai import Model, ModelList
+
+router = APIRouter()
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def list_models(request: Request) -> ModelList:
+    registry = request.app.state.registry
+    return ModelList(data=[Model(id=m.name, created=m.created, owned_by="triton") for m in registry])
+
+
+@router.get("/v1/models/{model:path}", response_model=Model)
+async def retrieve_model(model: str, request: Request) -> Model:
+    runtime = request.app.state.registry.get(model)
+    return Model(id=runtime.name, created=runtime.created, owned_by="triton")

@@ -1,0 +1,137 @@
+"""create_app(settings) -> FastAPI. The lifespan opens Triton connections and tokenizers into app.state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.api import chat, completions, health, models
+from gateway.api.errors import install_error_handlers
+from gateway.config import ServedModel, Settings
+from gateway.engine import Engine
+from gateway.errors import GatewayError
+from gateway.metrics import GatewayMetrics
+from gateway.readiness import Readiness
+from gateway.serving.chat import ChatService
+from gateway.serving.completions import CompletionService
+from gateway.serving.params import RequestLimits
+from gateway.serving.registry import ModelRegistry, ModelRuntime
+from gateway.text.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+EngineFactory = Callable[[ServedModel], Engine]
+
+
+class MetricsMiddleware:
+    """Counts requests by matched route and status, and tracks in-flight requests (streams
+    included: the ASGI call lasts until the last byte is sent)."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        m = self.metrics
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        m.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            m.in_flight.dec()
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            m.requests.labels(path, str(status)).inc()
+
+
+async def _introspect_until_ready(engines: Sequence[Engine]) -> None:
+    """Learn each model's contract as soon as Triton serves it; Triton may start after us."""
+    delay = 0.5
+    pending = list(engines)
+    while pending:
+        still = []
+        for engine in pending:
+            introspect = getattr(engine, "introspect", None)
+            if introspect is None:
+                continue
+            try:
+                await introspect()
+            except GatewayError as exc:
+                logger.warning("waiting for Triton: %s", exc.message)
+                still.append(engine)
+        pending = still
+        if pending:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+def triton_engine_factory(settings: Settings) -> EngineFactory:
+    from gateway.triton.engine import TritonConnection, TritonEngine
+
+    def factory(model: ServedModel) -> Engine:
+        connection = TritonConnection(settings.triton_url[0], timeout_s=settings.triton_connect_timeout_s)
+        return TritonEngine(connection, model.triton_model)
+
+    return factory
+
+
+def create_app(settings: Settings, *, engine_factory: EngineFactory | None = None) -> FastAPI:
+    factory = engine_factory or triton_engine_factory(settings)
+    metrics = GatewayMetrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtimes = []
+        for model in settings.models:
+            tokenizer = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
+            runtimes.append(ModelRuntime(model, tokenizer, factory(model), int(time.time())))
+        registry = ModelRegistry(runtimes)
+        limits = RequestLimits(
+            max_n=settings.max_n,
+            max_stop_strings=settings.max_stop_strings,
+            max_stop_string_length=settings.max_stop_string_length,
+        )
+        app.state.registry = registry
+        app.state.readiness = Readiness(registry, settings.readiness_cache_s)
+        app.state.completions = CompletionService(registry, limits, metrics)
+        app.state.chat = ChatService(registry, limits, metrics)
+        introspection = asyncio.create_task(_introspect_until_ready([r.engine for r in runtimes]))
+        try:
+            yield
+        finally:
+            introspection.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await introspection
+            for runtime in runtimes:
+                await runtime.engine.close()
+
+    app = FastAPI(
+        title="TensorRT-LLM OpenAI gateway",
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    install_error_handlers(app)
+    for router in (completions.router, chat.router, models.router, health.router):
+        app.include_router(router)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

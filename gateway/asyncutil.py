@@ -1,0 +1,49 @@
+"""Small asyncio helpers shared by the serving layer and the Triton adapter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import TypeVar, cast
+
+T = TypeVar("T")
+
+_END = object()
+
+
+async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
+    """Interleave several async iterators as their items arrive. Closing the merged iterator (or
+    an error in one source) cancels every source, which is how engine requests get cancelled."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield item
+        return
+    queue: asyncio.Queue[object] = asyncio.Queue()
+
+    async def pump(stream: AsyncIterator[T]) -> None:
+        try:
+            async for item in stream:
+                await queue.put(item)
+        except Exception as exc:  # handed to the consumer, which re-raises it
+            await queue.put(exc)
+            return
+        await queue.put(_END)
+
+    tasks = [asyncio.create_task(pump(s)) for s in streams]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            got: object = await queue.get()
+            if got is _END:
+                remaining -= 1
+            elif isinstance(got, Exception):
+                raise got
+            else:
+                yield cast(T, got)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,92 @@
+"""Typed settings: flags, `GATEWAY_*` environment variables and an optional YAML file, in that order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Route = Literal["ensemble", "engine"]
+
+
+class ServedModel(BaseModel):
+    """One model as clients see it, and where it lives in Triton."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="Model name clients send in `model`.")
+    triton_model: str = Field(default="ensemble", description="Triton model the `ensemble` route calls.")
+    engine_model: str = Field(
+        default="tensorrt_llm", description="Triton model the `engine` route calls (token ids in and out)."
+    )
+    tokenizer: Path = Field(description="Local Hugging Face directory with the tokenizer (and its configs).")
+    route: Route = Field(default="ensemble", description="`ensemble` (text in Triton) or `engine` (ids).")
+    chat_template: Path | None = Field(
+        default=None, description="Jinja chat template file overriding the tokenizer's."
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Context length; default from the model's config.json."
+    )
+    add_special_tokens: bool = Field(
+        default=True,
+        description="Whether Triton's preprocessing adds special tokens (BOS); "
+        "the gateway counts the same way.",
+    )
+
+    @classmethod
+    def parse_spec(cls, spec: str) -> ServedModel:
+        """`name=tiny,triton_model=ensemble,tokenizer=/models/tiny,route=ensemble` -> ServedModel."""
+        fields: dict[str, Any] = {}
+        for part in spec.split(","):
+            key, sep, value = part.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"model spec part {part!r} is not key=value")
+            fields[key.strip()] = value.strip()
+        return cls.model_validate(fields)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="forbid", env_nested_delimiter="__")
+
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=9000, ge=0, le=65535, description="Port to listen on.")
+    workers: int = Field(default=1, ge=1, description="Worker processes sharing the port.")
+    triton_url: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1:8001"], description="Triton gRPC endpoint(s), HOST:PORT."
+    )
+    models: list[ServedModel] = Field(default_factory=list, description="Served models.")
+    config_file: Path | None = Field(default=None, description="YAML file with any of these settings.")
+    log_level: str = Field(default="info", description="Logging level.")
+    triton_connect_timeout_s: float = Field(
+        default=10.0, gt=0, description="Deadline for Triton metadata calls (config, readiness)."
+    )
+    readiness_cache_s: float = Field(
+        default=1.0, ge=0, description="How long a Triton readiness answer is reused by /health/ready."
+    )
+    max_n: int = Field(default=16, ge=1, description="Largest `n` accepted.")
+    max_stop_strings: int = Field(default=16, ge=0, description="Most stop strings per request.")
+    max_stop_string_length: int = Field(default=256, ge=1, description="Longest stop string, in characters.")
+    sse_ping_s: float = Field(default=15.0, ge=0, description="SSE keep-alive comment interval (0: off).")
+
+    @field_validator("triton_url", mode="before")
+    @classmethod
+    def _split_urls(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
+    @classmethod
+    def load(cls, **overrides: Any) -> Settings:
+        """Flags (overrides) win over the environment, which wins over the YAML file."""
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        env_only = cls(**overrides)
+        if env_only.config_file is None:
+            return env_only
+        data = yaml.safe_load(env_only.config_file.read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{env_only.config_file}: expected a mapping at the top level")
+        explicit = env_only.model_dump(exclude_unset=True)
+        return cls(**{**data, **explicit})

@@ -1,0 +1,83 @@
+"""The engine protocol: what the serving layer needs from a generation backend, in OpenAI-neutral terms.
+
+The Triton adapter (`gateway.triton`) implements it; tests use a scripted fake. Values are frozen
+slotted dataclasses so they are cheap and cannot be changed behind the serving layer's back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int
+    # None means "not given": zero is a valid temperature (greedy).
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    min_tokens: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    length_penalty: float | None = None
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    request_id: str
+    # The text the ensemble tokenizes, and the ids the gateway computed from it (usage, context
+    # check, the direct engine route). Both describe the same prompt.
+    prompt_text: str
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+    num_sequences: int = 1
+    end_id: int | None = None
+    pad_id: int | None = None
+    # Extra end-of-generation ids and their token strings (generation_config eos lists).
+    stop_token_ids: tuple[int, ...] = ()
+    stop_token_strings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationDelta:
+    """New output of one sequence. Exactly one of `token_ids` and `text` is set."""
+
+    index: int
+    token_ids: tuple[int, ...] | None = None
+    text: bytes | None = None
+    # Tokens this delta stands for (for text-only engines: the count the engine reports).
+    num_tokens: int = 0
+    # Engine-reported totals, when the model returns them.
+    num_input_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """What a served engine can do, learned from its model configuration at start-up."""
+
+    model: str
+    exposes_token_ids: bool
+    native_num_sequences: bool
+    reports_token_counts: bool
+    variant: str
+    inputs: frozenset[str] = field(default_factory=frozenset)
+    outputs: frozenset[str] = field(default_factory=frozenset)
+
+
+class Engine(Protocol):
+    @property
+    def info(self) -> EngineInfo: ...
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        """Stream deltas until every sequence is done. Closing the iterator early (`aclose`, or
+        the consuming task being cancelled) must cancel the work in the engine."""
+        ...
+
+    async def is_ready(self) -> bool: ...
+
+    async def close(self) -> None: ...

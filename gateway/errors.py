@@ -1,0 +1,122 @@
+"""One exception hierarchy and the one mapping from it to OpenAI's error body and HTTP status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway reports to a client."""
+
+    status_code = 500
+    error_type = "server_error"
+    default_code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else self.default_code
+        self.headers = headers or {}
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequestError(GatewayError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class UnsupportedParameterError(InvalidRequestError):
+    default_code = "unsupported_parameter"
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    default_code = "context_length_exceeded"
+
+
+class AuthenticationError(GatewayError):
+    status_code = 401
+    error_type = "invalid_request_error"
+    default_code = "invalid_api_key"
+
+
+class NotFoundError(GatewayError):
+    status_code = 404
+    error_type = "invalid_request_error"
+
+
+class ModelNotFoundError(NotFoundError):
+    default_code = "model_not_found"
+
+
+class MethodNotAllowedError(GatewayError):
+    status_code = 405
+    error_type = "invalid_request_error"
+
+
+class PayloadTooLargeError(GatewayError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    default_code = "payload_too_large"
+
+
+class OverloadedError(GatewayError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    default_code = "overloaded"
+
+
+class EngineError(GatewayError):
+    """Triton answered with an error for this request."""
+
+    status_code = 502
+    error_type = "server_error"
+    default_code = "engine_error"
+
+
+class EngineUnavailableError(GatewayError):
+    """Triton cannot be reached, or the model is not ready."""
+
+    status_code = 503
+    error_type = "server_error"
+    default_code = "engine_unavailable"
+
+
+class DeadlineExceededError(GatewayError):
+    status_code = 504
+    error_type = "server_error"
+    default_code = "timeout"
+
+
+class ServerConfigError(GatewayError):
+    """The gateway's own configuration is wrong; raised at start-up, not per request."""
+
+
+class InternalError(GatewayError):
+    pass
+
+
+def to_gateway_error(exc: BaseException) -> GatewayError:
+    """The single place where an arbitrary exception becomes what a client sees.
+
+    Unknown exceptions turn into a plain 500 whose message names no internals.
+    """
+    if isinstance(exc, GatewayError):
+        return exc
+    return InternalError("The server had an error while processing your request.")

@@ -1,0 +1,172 @@
+"""OpenAI request and response models (the subset this gateway serves), named after their `object`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ---------------------------------------------------------------- requests
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool | None = None
+
+
+class _GenerationFields(BaseModel):
+    """Fields shared by completions and chat completions, plus the engine's own knobs."""
+
+    # Unknown fields are accepted (clients send many); the serving layer logs them once.
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    n: Annotated[int, Field(ge=1)] | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # Fields OpenAI defines that change the result; rejected by name until supported.
+    logprobs: Any = None
+    logit_bias: dict[str, float] | None = None
+    # TensorRT-LLM knobs, as vLLM accepts them in the body ("extra_body" in the SDK).
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
+    min_tokens: Annotated[int, Field(ge=0)] | None = None
+    length_penalty: float | None = None
+    ignore_eos: bool | None = None
+
+
+class CompletionRequest(_GenerationFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = False
+    best_of: Annotated[int, Field(ge=1)] | None = None
+    suffix: str | None = None
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
+
+
+class TextContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
+class OtherContentPart(BaseModel):
+    """Image, audio, file parts: parsed so the error can name them, not served."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["image_url", "input_audio", "file", "refusal"]
+
+
+ContentPart = Annotated[TextContentPart | OtherContentPart, Field(discriminator="type")]
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessageIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class ChatCompletionRequest(_GenerationFields):
+    messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    # vLLM's extra knobs for chat templates.
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+# ---------------------------------------------------------------- responses
+
+
+class CompletionUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: Literal["stop", "length", "content_filter"] | None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage | None = None
+
+
+class ChatCompletionMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: str | None = None
+
+
+class ChatCompletionChoice(BaseModel):
+    index: int
+    message: ChatCompletionMessage
+    logprobs: None = None
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatCompletionChoice]
+    usage: CompletionUsage
+
+
+class Model(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Model]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail

@@ -1,0 +1,102 @@
+"""What completions and chat share: turning a prompt into engine requests and choice states."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from gateway.engine import GenerationRequest, SamplingParams
+from gateway.errors import InvalidRequestError
+from gateway.metrics import GatewayMetrics, RequestTimer
+from gateway.serving.generate import (
+    ChoiceEvent,
+    ChoiceState,
+    GenerationTotals,
+    make_choices,
+    merge,
+    run_generation,
+)
+from gateway.serving.registry import ModelRuntime
+
+
+@dataclass(slots=True)
+class Generation:
+    """One prompt's engine request and the choices it produces."""
+
+    request: GenerationRequest
+    choices: list[ChoiceState]
+    totals: GenerationTotals
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    runtime: ModelRuntime
+    generations: list[Generation]
+    response_id: str
+    created: int = field(default_factory=lambda: int(time.time()))
+    include_usage: bool = False
+
+    @property
+    def choices(self) -> list[ChoiceState]:
+        return [c for g in self.generations for c in g.choices]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(g.totals.prompt_tokens for g in self.generations)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.completion_tokens for c in self.choices)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def build_generation(
+    runtime: ModelRuntime,
+    *,
+    request_id: str,
+    prompt_text: str,
+    prompt_ids: Sequence[int],
+    params: SamplingParams,
+    n: int,
+    stops: Sequence[str],
+    first_index: int,
+) -> Generation:
+    if not prompt_ids:
+        raise InvalidRequestError("the prompt must not be empty", param="prompt")
+    info = runtime.tokenizer.info
+    request = GenerationRequest(
+        request_id=request_id,
+        prompt_text=prompt_text,
+        prompt_ids=tuple(prompt_ids),
+        params=params,
+        num_sequences=n,
+        end_id=info.eos_token_id,
+        pad_id=info.pad_token_id,
+        stop_token_ids=info.extra_end_ids,
+        stop_token_strings=info.extra_end_tokens,
+    )
+    choices = make_choices(
+        runtime.tokenizer,
+        request,
+        token_ids=runtime.engine.info.exposes_token_ids,
+        first_index=first_index,
+        stops=stops,
+    )
+    return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)))
+
+
+async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> AsyncIterator[ChoiceEvent]:
+    """All choice events of a prepared request, timed for the metrics."""
+    timer = RequestTimer(metrics, prepared.runtime.name)
+    engine = prepared.runtime.engine
+    streams = [run_generation(engine, g.request, g.choices, g.totals) for g in prepared.generations]
+    async for event in merge(streams):
+        if event.text:
+            timer.first_text()
+        yield event
+    timer.done(prepared.prompt_tokens, prepared.completion_tokens)

@@ -1,0 +1,85 @@
+"""Serialising stream chunks. This is the per-token hot path, so chunks are plain dicts dumped
+with orjson (about ten times faster than building pydantic models); tests validate every chunk
+shape against OpenAI's published schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.errors import GatewayError
+
+DONE = "[DONE]"
+
+
+def _dump(obj: dict[str, Any]) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+class ChatChunkWriter:
+    __slots__ = ("_base", "_with_usage")
+
+    def __init__(self, completion_id: str, created: int, model: str, *, include_usage: bool) -> None:
+        self._base = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+        }
+        self._with_usage = include_usage
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> str:
+        body: dict[str, Any] = {**self._base, "choices": choices}
+        if self._with_usage:
+            # OpenAI sends `usage: null` on every chunk but the last when usage is asked for.
+            body["usage"] = None
+        return _dump(body)
+
+    def role(self, index: int) -> str:
+        delta = {"role": "assistant", "content": ""}
+        return self._chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}])
+
+    def content(self, index: int, text: str) -> str:
+        return self._chunk(
+            [{"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}]
+        )
+
+    def finish(self, index: int, reason: str) -> str:
+        return self._chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}])
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
+        return _dump({**self._base, "choices": [], "usage": usage_dict(prompt_tokens, completion_tokens)})
+
+
+class CompletionChunkWriter:
+    __slots__ = ("_base", "_with_usage")
+
+    def __init__(self, completion_id: str, created: int, model: str, *, include_usage: bool) -> None:
+        self._base = {"id": completion_id, "object": "text_completion", "created": created, "model": model}
+        self._with_usage = include_usage
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> str:
+        body: dict[str, Any] = {**self._base, "choices": choices}
+        if self._with_usage:
+            body["usage"] = None
+        return _dump(body)
+
+    def text(self, index: int, text: str, finish_reason: str | None = None) -> str:
+        return self._chunk([{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}])
+
+    def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
+        return _dump({**self._base, "choices": [], "usage": usage_dict(prompt_tokens, completion_tokens)})
+
+
+def error_event(error: GatewayError) -> str:
+    """A failure after the stream started: one error event, then [DONE] (what the SDKs expect)."""
+    return _dump(error.to_body())

@@ -1,0 +1,127 @@
+"""/v1/completions: prompts (text or token ids, one or many) -> choices."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import cast
+
+from gateway.errors import InvalidRequestError, to_gateway_error
+from gateway.metrics import GatewayMetrics
+from gateway.protocol.openai import Completion, CompletionChoice, CompletionRequest, CompletionUsage
+from gateway.serving import params as p
+from gateway.serving.base import PreparedRequest, build_generation, events, new_id
+from gateway.serving.chunks import DONE, CompletionChunkWriter, error_event
+from gateway.serving.registry import ModelRegistry, ModelRuntime
+
+logger = logging.getLogger(__name__)
+
+
+class CompletionService:
+    def __init__(
+        self, registry: ModelRegistry, limits: p.RequestLimits, metrics: GatewayMetrics | None
+    ) -> None:
+        self._registry = registry
+        self._limits = limits
+        self._metrics = metrics
+
+    def prepare(self, body: CompletionRequest) -> tuple[PreparedRequest, list[str]]:
+        """Everything that can fail before generation starts, so it fails with a proper status."""
+        runtime = self._registry.get(body.model)
+        p.log_unknown_fields(body.model_extra)
+        p.reject_unsupported(body)
+        n = p.choose_n(body.n, self._limits)
+        stops = p.stop_strings(body.stop, self._limits)
+        prompts = _prompts(runtime, body)
+        response_id = new_id("cmpl")
+        generations = []
+        echoes = []
+        for i, (text, ids) in enumerate(prompts):
+            max_tokens = p.resolve_max_tokens(
+                body.max_tokens, len(ids), runtime.max_model_len, param="max_tokens"
+            )
+            generations.append(
+                build_generation(
+                    runtime,
+                    request_id=f"{response_id}-{i}",
+                    prompt_text=text,
+                    prompt_ids=ids,
+                    params=p.sampling_params(body, max_tokens, n),
+                    n=n,
+                    stops=stops,
+                    first_index=i * n,
+                )
+            )
+            echoes.append(text if body.echo else "")
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return PreparedRequest(runtime, generations, response_id, include_usage=include_usage), echoes
+
+    async def create(self, prepared: PreparedRequest, echoes: list[str]) -> Completion:
+        n = len(prepared.generations[0].choices)
+        texts = {i: echoes[i // n] for i in range(len(echoes) * n)}
+        reasons: dict[int, str] = {}
+        async for event in events(prepared, self._metrics):
+            texts[event.index] += event.text
+            if event.finish_reason is not None:
+                reasons[event.index] = event.finish_reason
+        choices = [CompletionChoice(index=i, text=texts[i], finish_reason=reasons[i]) for i in sorted(texts)]  # type: ignore[arg-type]
+        return Completion(
+            id=prepared.response_id,
+            created=prepared.created,
+            model=prepared.runtime.name,
+            choices=choices,
+            usage=_usage(prepared),
+        )
+
+    async def stream(self, prepared: PreparedRequest, echoes: list[str]) -> AsyncIterator[str]:
+        writer = CompletionChunkWriter(
+            prepared.response_id,
+            prepared.created,
+            prepared.runtime.name,
+            include_usage=prepared.include_usage,
+        )
+        try:
+            n = len(prepared.generations[0].choices)
+            for i, echo in enumerate(echoes):
+                if echo:
+                    for j in range(n):
+                        yield writer.text(i * n + j, echo)
+            async for event in events(prepared, self._metrics):
+                if event.text or event.finish_reason is not None:
+                    yield writer.text(event.index, event.text, event.finish_reason)
+            if prepared.include_usage:
+                yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
+        except Exception as exc:
+            error = to_gateway_error(exc)
+            logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
+            yield error_event(error)
+        yield DONE
+
+
+def _usage(prepared: PreparedRequest) -> CompletionUsage:
+    prompt, completion = prepared.prompt_tokens, prepared.completion_tokens
+    return CompletionUsage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+
+
+def _prompts(runtime: ModelRuntime, body: CompletionRequest) -> list[tuple[str, list[int]]]:
+    tok = runtime.tokenizer
+    prompt = body.prompt
+    add_special = runtime.config.add_special_tokens
+    if isinstance(prompt, str):
+        return [(prompt, tok.encode(prompt, add_special_tokens=add_special))]
+    if not prompt:
+        raise InvalidRequestError("the prompt must not be empty", param="prompt")
+    if isinstance(prompt[0], str):
+        texts = cast(list[str], prompt)
+        return [(s, tok.encode(s, add_special_tokens=add_special)) for s in texts]
+    id_lists = [cast(list[int], prompt)] if isinstance(prompt[0], int) else cast(list[list[int]], prompt)
+    out = []
+    for ids in id_lists:
+        bad = next((t for t in ids if not 0 <= t < tok.vocab_size), None)
+        if bad is not None:
+            raise InvalidRequestError(f"token id {bad} is outside the vocabulary", param="prompt")
+        # The ensemble tokenizes text itself; ids it is given are sent as their text.
+        out.append((tok.decode(ids, skip_special_tokens=False), list(ids)))
+    return out

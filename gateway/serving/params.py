@@ -1,0 +1,140 @@
+"""Pure translation of OpenAI request fields into engine sampling parameters, with the checks
+that must fail before anything is sent to Triton."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.engine import SamplingParams
+from gateway.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
+from gateway.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+logger = logging.getLogger(__name__)
+
+# Unknown body fields are accepted like OpenAI does; each name is logged once per process.
+_logged_unknown_fields: set[str] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    max_n: int
+    max_stop_strings: int
+    max_stop_string_length: int
+
+
+def log_unknown_fields(extra: dict[str, Any] | None) -> None:
+    for name in extra or ():
+        if name not in _logged_unknown_fields:
+            _logged_unknown_fields.add(name)
+            logger.info("ignoring unknown request field %r (logged once)", name)
+
+
+def reject_unsupported(request: CompletionRequest | ChatCompletionRequest) -> None:
+    """Fields that would change the result but are not served yet: a 400 naming them, never a
+    silent default."""
+    checks: list[tuple[str, bool]] = [("logit_bias", bool(request.logit_bias))]
+    if isinstance(request, CompletionRequest):
+        checks += [
+            ("logprobs", request.logprobs is not None),
+            ("best_of", request.best_of is not None and request.best_of != (request.n or 1)),
+            ("suffix", bool(request.suffix)),
+        ]
+    else:
+        checks += [
+            ("logprobs", bool(request.logprobs)),
+            ("top_logprobs", bool(request.top_logprobs)),
+            ("tools", bool(request.tools)),
+            ("tool_choice", request.tool_choice not in (None, "none", "auto")),
+            ("response_format", _response_format_changes_output(request.response_format)),
+        ]
+    for name, present in checks:
+        if present:
+            raise UnsupportedParameterError(f"`{name}` is not supported by this server yet", param=name)
+
+
+def _response_format_changes_output(fmt: dict[str, Any] | None) -> bool:
+    return fmt is not None and fmt.get("type", "text") != "text"
+
+
+def stop_strings(stop: str | list[str] | None, limits: RequestLimits) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if len(stops) > limits.max_stop_strings:
+        raise InvalidRequestError(
+            f"at most {limits.max_stop_strings} stop strings are allowed, got {len(stops)}", param="stop"
+        )
+    for s in stops:
+        if len(s) > limits.max_stop_string_length:
+            raise InvalidRequestError(
+                f"stop strings are limited to {limits.max_stop_string_length} characters", param="stop"
+            )
+    return tuple(s for s in stops if s)
+
+
+def choose_n(n: int | None, limits: RequestLimits) -> int:
+    n = 1 if n is None else n
+    if n > limits.max_n:
+        raise InvalidRequestError(f"n must be at most {limits.max_n}, got {n}", param="n")
+    return n
+
+
+def resolve_max_tokens(
+    requested: int | None, prompt_tokens: int, max_model_len: int | None, *, param: str
+) -> int:
+    """The request's token budget. With none given, what is left of the context: never a silent 16."""
+    if max_model_len is None:
+        if requested is None:
+            raise InvalidRequestError(
+                "this model's context length is unknown; set max_tokens or configure max_model_len",
+                param=param,
+            )
+        return requested
+    room = max_model_len - prompt_tokens
+    if room <= 0 or (requested is not None and requested > room):
+        asked = requested if requested is not None else 1
+        raise ContextLengthExceededError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the messages, {asked} in the completion). "
+            "Please reduce the length of the messages or completion.",
+            param="messages" if param == "max_completion_tokens" else "prompt",
+        )
+    return room if requested is None else requested
+
+
+def sampling_params(
+    request: CompletionRequest | ChatCompletionRequest, max_tokens: int, n: int
+) -> SamplingParams:
+    seed = request.seed
+    sampling = request.temperature is None or request.temperature > 0
+    if seed is None and sampling:
+        # TensorRT-LLM's default seed is 0: without a fresh one every request samples the same text.
+        seed = random.getrandbits(63)
+    if seed is not None and not 0 <= seed < 2**64:
+        raise InvalidRequestError("seed must be between 0 and 2**64 - 1", param="seed")
+    if request.min_tokens is not None and request.min_tokens > max_tokens:
+        raise InvalidRequestError("min_tokens must not exceed max_tokens", param="min_tokens")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        seed=seed,
+        min_tokens=request.min_tokens,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        repetition_penalty=request.repetition_penalty,
+        length_penalty=request.length_penalty,
+        ignore_eos=bool(request.ignore_eos),
+    )
+
+
+def first_positive(values: Iterable[int | None]) -> int | None:
+    for v in values:
+        if v is not None:
+            return v
+    return None

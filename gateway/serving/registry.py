@@ -1,0 +1,48 @@
+"""The served models: name -> tokenizer + engine + limits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from gateway.config import ServedModel
+from gateway.engine import Engine
+from gateway.errors import ModelNotFoundError
+from gateway.text.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRuntime:
+    config: ServedModel
+    tokenizer: Tokenizer
+    engine: Engine
+    created: int
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def max_model_len(self) -> int | None:
+        if self.config.max_model_len is not None:
+            return self.config.max_model_len
+        return self.tokenizer.info.max_model_len
+
+
+class ModelRegistry:
+    def __init__(self, models: Iterable[ModelRuntime]) -> None:
+        self._models = {m.name: m for m in models}
+
+    def get(self, name: str) -> ModelRuntime:
+        try:
+            return self._models[name]
+        except KeyError:
+            raise ModelNotFoundError(
+                f"The model `{name}` does not exist or you do not have access to it.", param="model"
+            ) from None
+
+    def __iter__(self) -> Iterator[ModelRuntime]:
+        return iter(self._models.values())
+
+    def __len__(self) -> int:
+        return len(self._models)

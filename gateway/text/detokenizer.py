@@ -1,0 +1,103 @@
+"""Incremental text decoding that never loses spaces and never splits a UTF-8 character.
+
+Two sources of text exist: token ids (decoded here with the model's tokenizer) and text bytes
+(`text_output` of an ensemble that does not expose ids). Both end in the same `TextDecoder`
+interface so the streaming state machine does not care which one a model gives.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+from typing import Protocol
+
+# How many prompt tokens seed the decoding window. SentencePiece-style tokenizers only know
+# that a token starts a word (and so needs its leading space) when something precedes it.
+PROMPT_CONTEXT_TOKENS = 5
+REPLACEMENT_CHAR = "\ufffd"
+
+
+class Decoder(Protocol):
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+class TextDecoder(Protocol):
+    """Turns engine output pieces into text deltas; `flush` releases what was held back."""
+
+    def push_ids(self, ids: Sequence[int]) -> str: ...
+
+    def push_bytes(self, data: bytes) -> str: ...
+
+    def flush(self) -> str: ...
+
+
+class IncrementalDetokenizer:
+    """The prefix/read-offset scheme (TGI, vLLM).
+
+    Each step decodes a short window twice, with and without the new tokens, and emits the
+    difference. A window ending in U+FFFD is an incomplete multi-byte character: it is held
+    back until the next token completes it, or released by `flush` at the end.
+    """
+
+    __slots__ = ("_ids", "_prefix_offset", "_read_offset", "_skip_special", "_tokenizer")
+
+    def __init__(
+        self, tokenizer: Decoder, prompt_ids: Sequence[int] = (), *, skip_special_tokens: bool = True
+    ) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special = skip_special_tokens
+        self._ids: list[int] = list(prompt_ids[-PROMPT_CONTEXT_TOKENS:])
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+
+    def push_ids(self, ids: Sequence[int]) -> str:
+        if not ids:
+            return ""
+        self._ids.extend(ids)
+        return self._emit(final=False)
+
+    def push_bytes(self, data: bytes) -> str:
+        raise TypeError("IncrementalDetokenizer decodes token ids, not text")
+
+    def flush(self) -> str:
+        return self._emit(final=True)
+
+    def _emit(self, *, final: bool) -> str:
+        decode = self._tokenizer.decode
+        window = self._ids[self._prefix_offset :]
+        prefix_text = decode(window[: self._read_offset - self._prefix_offset], self._skip_special)
+        new_text = decode(window, self._skip_special)
+        if len(new_text) <= len(prefix_text):
+            return ""
+        if new_text.endswith(REPLACEMENT_CHAR) and not final:
+            return ""
+        delta = new_text[len(prefix_text) :]
+        # Keep the window short: the list would otherwise grow with every token decoded.
+        drop = self._read_offset
+        self._ids = self._ids[drop:]
+        self._prefix_offset = 0
+        self._read_offset = len(self._ids)
+        return delta
+
+
+class Utf8TextAssembler:
+    """Concatenates text bytes from an ensemble and decodes them as one UTF-8 stream.
+
+    Our postprocessing sends each token's exact bytes (possibly half a character); the stock one
+    sends text it decoded alone. An incremental decoder is exact for the first and harmless for
+    the second; an incomplete trailing character is held until completed or flushed.
+    """
+
+    __slots__ = ("_decoder",)
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push_ids(self, ids: Sequence[int]) -> str:
+        raise TypeError("Utf8TextAssembler decodes text bytes, not token ids")
+
+    def push_bytes(self, data: bytes) -> str:
+        return self._decoder.decode(data, final=False)
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", final=True)

@@ -1,0 +1,124 @@
+"""The model's tokenizer as the gateway uses it: encoding, chat templates, end ids, context length.
+
+Only `transformers`' tokenizer classes are touched here, never its models, so torch is not imported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import InvalidRequestError, ServerConfigError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTextInfo:
+    """What the gateway learns from a Hugging Face model directory."""
+
+    eos_token_id: int | None
+    pad_token_id: int | None
+    # End ids besides the primary eos (generation_config lists, e.g. Llama 3's <|eot_id|>).
+    extra_end_ids: tuple[int, ...]
+    extra_end_tokens: tuple[str, ...]
+    max_model_len: int | None
+
+
+class Tokenizer:
+    """Wraps a Hugging Face fast tokenizer loaded from a local directory."""
+
+    def __init__(self, path: str | Path, *, chat_template_file: str | Path | None = None) -> None:
+        from transformers import AutoTokenizer
+
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise ServerConfigError(f"tokenizer directory {self.path} does not exist")
+        self._tok: Any = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+        self._chat_template: str | None = None
+        if chat_template_file is not None:
+            self._chat_template = Path(chat_template_file).read_text(encoding="utf-8")
+        self.info = _read_model_info(self.path, self._tok)
+        self.vocab_size = len(self._tok)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self._chat_template is not None or bool(getattr(self._tok, "chat_template", None))
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
+        return list(self._tok.convert_ids_to_tokens(list(ids)))
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+        if not self.has_chat_template:
+            raise InvalidRequestError(
+                "this model has no chat template; use /v1/completions or configure a chat template file",
+                param="messages",
+            )
+        try:
+            rendered = self._tok.apply_chat_template(
+                messages,
+                tokenize=False,
+                add_generation_prompt=True,
+                chat_template=self._chat_template,
+                **kwargs,
+            )
+        except Exception as exc:  # jinja raises arbitrary errors from template code
+            raise InvalidRequestError(
+                f"the chat template rejected the messages: {exc}", param="messages"
+            ) from None
+        return str(rendered)
+
+
+def _read_model_info(path: Path, tok: Any) -> ModelTextInfo:
+    gen = _read_json(path / "generation_config.json")
+    cfg = _read_json(path / "config.json")
+    eos = tok.eos_token_id
+    end_ids: list[int] = []
+    for source in (gen.get("eos_token_id"), cfg.get("eos_token_id")):
+        if isinstance(source, int):
+            end_ids.append(source)
+        elif isinstance(source, list):
+            end_ids.extend(i for i in source if isinstance(i, int))
+    if eos is None and end_ids:
+        eos = end_ids[0]
+    extra = tuple(dict.fromkeys(i for i in end_ids if i != eos))
+    extra_tokens = tuple(str(t) for t in tok.convert_ids_to_tokens(list(extra)))
+    max_len: int | None = None
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+        if isinstance(cfg.get(key), int):
+            max_len = int(cfg[key])
+            break
+    if max_len is None:
+        tml = getattr(tok, "model_max_length", None)
+        # transformers uses a huge sentinel when the tokenizer does not know its length.
+        if isinstance(tml, int) and tml < 10_000_000:
+            max_len = tml
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    return ModelTextInfo(
+        eos_token_id=eos,
+        pad_token_id=pad,
+        extra_end_ids=extra,
+        extra_end_tokens=extra_tokens,
+        max_model_len=max_len,
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        logger.warning("ignoring unreadable %s: %s", path, exc)
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,226 @@
+"""`TritonEngine`: the Engine protocol over a TensorRT-LLM ensemble, one gRPC stream per request.
+
+One stream per request keeps cancellation precise: cancelling the call cancels exactly that
+request inside Triton, which the TensorRT-LLM backend notices within cancellation_check_period_ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import tritonclient.grpc.aio as grpc_aio
+from tritonclient.utils import InferenceServerException
+
+from gateway.asyncutil import merge
+from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
+from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, GatewayError
+from gateway.triton import contract as c
+from gateway.triton.tensors import ensemble_inputs, parse_response, requested_outputs
+
+logger = logging.getLogger(__name__)
+
+_FINAL_PARAMS = {"triton_enable_empty_final_response": True}
+
+
+class TritonConnection:
+    """One Triton gRPC endpoint. The channel reconnects by itself after Triton restarts."""
+
+    def __init__(self, url: str, *, timeout_s: float) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.client = grpc_aio.InferenceServerClient(url)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def rpc_error(exc: BaseException, model: str) -> GatewayError:
+    """Map a gRPC or Triton failure to the gateway's errors (the one mapping lives in errors.py)."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        code = exc.code()
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+            return EngineUnavailableError(f"Triton is unavailable ({code.name.lower()})")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return DeadlineExceededError("the request timed out in Triton")
+        return EngineError(f"Triton failed the request: {exc.details()}")
+    message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
+    lowered = (message or "").lower()
+    if "unknown model" in lowered or "not ready" in lowered or "unavailable" in lowered:
+        return EngineUnavailableError(f"model {model!r} is not available in Triton: {message}")
+    return EngineError(f"Triton failed the request: {message}")
+
+
+class TritonEngine:
+    def __init__(self, connection: TritonConnection, model: str) -> None:
+        self._conn = connection
+        self._model = model
+        self._contract: c.EnsembleContract | None = None
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def contract(self) -> c.EnsembleContract:
+        if self._contract is None:
+            raise EngineUnavailableError(f"Triton model {self._model!r} is not available yet")
+        return self._contract
+
+    @property
+    def info(self) -> EngineInfo:
+        k = self.contract
+        return EngineInfo(
+            model=self._model,
+            exposes_token_ids=k.exposes_token_ids,
+            native_num_sequences=k.native_num_sequences,
+            reports_token_counts=k.reports_token_counts,
+            variant=k.variant,
+            inputs=frozenset(k.inputs),
+            outputs=k.outputs,
+        )
+
+    async def introspect(self) -> c.EnsembleContract:
+        """Read the model config (and whether its composing models are decoupled) over gRPC."""
+        async with self._lock:
+            if self._contract is not None:
+                return self._contract
+            client, timeout = self._conn.client, self._conn.timeout_s
+            try:
+                response = await client.get_model_config(self._model, client_timeout=timeout)
+                config = response.config
+                decoupled = bool(config.model_transaction_policy.decoupled)
+                for step in config.ensemble_scheduling.step:
+                    sub = await client.get_model_config(step.model_name, client_timeout=timeout)
+                    decoupled = decoupled or bool(sub.config.model_transaction_policy.decoupled)
+            except (InferenceServerException, grpc.aio.AioRpcError) as exc:
+                raise rpc_error(exc, self._model) from None
+            contract = c.read_contract(config)
+            if decoupled != contract.decoupled:
+                contract = c.EnsembleContract(
+                    model=contract.model,
+                    decoupled=decoupled,
+                    inputs=contract.inputs,
+                    outputs=contract.outputs,
+                    seed_input=contract.seed_input,
+                    min_tokens_input=contract.min_tokens_input,
+                )
+            self._contract = contract
+            logger.info(
+                "model %s: %s contract, decoupled=%s, output_ids=%s, native n=%s",
+                self._model,
+                contract.variant,
+                contract.decoupled,
+                contract.exposes_token_ids,
+                contract.native_num_sequences,
+            )
+            return contract
+
+    async def is_ready(self) -> bool:
+        try:
+            ready = bool(
+                await self._conn.client.is_model_ready(self._model, client_timeout=self._conn.timeout_s)
+            )
+        except (InferenceServerException, grpc.aio.AioRpcError):
+            return False
+        if ready and self._contract is None:
+            try:
+                await self.introspect()
+            except GatewayError:
+                return False
+        return ready
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    # ------------------------------------------------------------------ generation
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        contract = self.contract
+        n = request.num_sequences
+        seed = request.params.seed
+        if n == 1 or contract.native_num_sequences:
+            async for delta in self._stream(contract, request, seed=seed, num_sequences=n, index=0):
+                yield delta
+            return
+        # No num_return_sequences: n independent requests, each with its own seed so that
+        # sampled choices differ (and stay reproducible for a given request seed).
+        streams = [
+            self._stream(
+                contract,
+                request,
+                seed=None if seed is None else (seed + i) % 2**64,
+                num_sequences=1,
+                index=i,
+            )
+            for i in range(n)
+        ]
+        async for delta in merge(streams):
+            yield delta
+
+    async def _stream(
+        self,
+        contract: c.EnsembleContract,
+        request: GenerationRequest,
+        *,
+        seed: int | None,
+        num_sequences: int,
+        index: int,
+    ) -> AsyncIterator[GenerationDelta]:
+        streaming = contract.decoupled
+        payload: dict[str, Any] = {
+            "model_name": self._model,
+            "inputs": ensemble_inputs(
+                contract, request, seed=seed, num_sequences=num_sequences, stream=streaming
+            ),
+            "outputs": requested_outputs(contract),
+            "request_id": request.request_id if index == 0 else f"{request.request_id}-{index}",
+            "parameters": _FINAL_PARAMS,
+        }
+        written = asyncio.Event()
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield payload
+            # Keep our side of the stream open until the final response: half-closing early is
+            # not needed and some proxies treat it as the end of the call.
+            await written.wait()
+
+        call = self._conn.client.stream_infer(requests())
+        finished = False
+        strip = 0 if (streaming or c.EXCLUDE_INPUT_IN_OUTPUT in contract.inputs) else len(request.prompt_ids)
+        try:
+            async for result, error in call:
+                if error is not None:
+                    raise rpc_error(error, self._model)
+                parsed = parse_response(result.get_response())
+                if not parsed.empty:
+                    ids = parsed.token_ids
+                    if ids is not None and strip:
+                        ids = ids[strip:]
+                    if ids is not None:
+                        count = len(ids)
+                    elif parsed.num_output_tokens is not None:
+                        count = parsed.num_output_tokens
+                    else:
+                        # A streamed response is one decoding step: one token.
+                        count = 1 if parsed.text else 0
+                    yield GenerationDelta(
+                        index=index + parsed.index,
+                        token_ids=ids,
+                        text=parsed.text,
+                        num_tokens=count,
+                        num_input_tokens=parsed.num_input_tokens,
+                    )
+                if parsed.final or not streaming:
+                    finished = True
+                    break
+            finished = True
+        except grpc.aio.AioRpcError as exc:
+            finished = True
+            raise rpc_error(exc, self._model) from None
+        finally:
+            written.set()
+            if not finished:
+                call.cancel()

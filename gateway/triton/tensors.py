@@ -1,0 +1,167 @@
+"""Building request tensors and reading response tensors of the TensorRT-LLM ensemble.
+
+Reading avoids tritonclient's `InferResult.as_numpy` on the hot path: it scans all outputs per
+call and allocates arrays; a streamed token needs a handful of bytes read once.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+from gateway.engine import GenerationRequest
+from gateway.triton import contract as c
+
+_U32 = struct.Struct("<I")
+
+
+def _scalar(spec: c.TensorSpec, value: Any) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(spec.name, [1, 1], spec.triton_dtype)
+    tensor.set_data_from_numpy(np.array([[value]], dtype=spec.np_dtype))
+    return tensor
+
+
+def _strings(spec: c.TensorSpec, values: Iterable[str]) -> grpcclient.InferInput:
+    data = np.array([[v.encode() for v in values]], dtype=np.object_)
+    tensor = grpcclient.InferInput(spec.name, list(data.shape), "BYTES")
+    tensor.set_data_from_numpy(data)
+    return tensor
+
+
+def sampling_values(request: GenerationRequest) -> dict[str, Any]:
+    """OpenAI sampling semantics in TensorRT-LLM terms (pure; names are ensemble input names).
+
+    TensorRT-LLM samples greedily unless top_k or top_p is set, and 0 is its default seed, so the
+    OpenAI defaults (temperature 1, nucleus 1, a fresh seed) are sent explicitly.
+    """
+    p = request.params
+    values: dict[str, Any] = {c.MAX_TOKENS: p.max_tokens}
+    if p.temperature is not None and p.temperature == 0:
+        values[c.TOP_K] = 1
+    else:
+        values[c.TEMPERATURE] = 1.0 if p.temperature is None else p.temperature
+        if p.top_k is not None:
+            values[c.TOP_K] = p.top_k
+        values[c.TOP_P] = 1.0 if p.top_p is None else p.top_p
+    optional = {
+        c.PRESENCE_PENALTY: p.presence_penalty,
+        c.FREQUENCY_PENALTY: p.frequency_penalty,
+        c.REPETITION_PENALTY: p.repetition_penalty,
+        c.LENGTH_PENALTY: p.length_penalty,
+    }
+    values.update({k: v for k, v in optional.items() if v is not None})
+    if p.ignore_eos:
+        # No id ever equals -1: the engine runs to max_tokens (TensorRT-LLM's own benchmark trick).
+        values[c.END_ID] = -1
+    else:
+        if request.end_id is not None:
+            values[c.END_ID] = request.end_id
+    if request.pad_id is not None:
+        values[c.PAD_ID] = request.pad_id
+    return values
+
+
+def ensemble_inputs(
+    contract: c.EnsembleContract,
+    request: GenerationRequest,
+    *,
+    seed: int | None,
+    num_sequences: int,
+    stream: bool,
+) -> list[grpcclient.InferInput]:
+    specs = contract.inputs
+    p = request.params
+    tensors = [_strings(specs[c.TEXT_INPUT], [request.prompt_text])]
+    values = sampling_values(request)
+    values[c.STREAM] = stream
+    if contract.seed_input and seed is not None:
+        values[contract.seed_input] = seed
+    if contract.min_tokens_input and p.min_tokens:
+        values[contract.min_tokens_input] = p.min_tokens
+    if num_sequences > 1:
+        values[c.NUM_RETURN_SEQUENCES] = num_sequences
+    values[c.EXCLUDE_INPUT_IN_OUTPUT] = True
+    values[c.RETURN_NUM_INPUT_TOKENS] = True
+    values[c.RETURN_NUM_OUTPUT_TOKENS] = True
+    for name, value in values.items():
+        spec = specs.get(name)
+        if spec is not None:
+            tensors.append(_scalar(spec, value))
+    if request.stop_token_strings and not p.ignore_eos and c.STOP_WORDS in specs:
+        tensors.append(_strings(specs[c.STOP_WORDS], request.stop_token_strings))
+    return tensors
+
+
+def requested_outputs(contract: c.EnsembleContract) -> list[grpcclient.InferRequestedOutput]:
+    wanted = [c.OUTPUT_IDS, c.SEQUENCE_LENGTH] if contract.exposes_token_ids else [c.TEXT_OUTPUT]
+    wanted += [c.SEQUENCE_INDEX, c.NUM_INPUT_TOKENS, c.NUM_OUTPUT_TOKENS]
+    return [grpcclient.InferRequestedOutput(n) for n in wanted if n in contract.outputs]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedResponse:
+    index: int
+    token_ids: tuple[int, ...] | None
+    text: bytes | None
+    num_output_tokens: int | None
+    num_input_tokens: int | None
+    final: bool
+    empty: bool
+
+
+def _bytes_elements(raw: bytes) -> list[bytes]:
+    out, pos, end = [], 0, len(raw)
+    while pos < end:
+        (length,) = _U32.unpack_from(raw, pos)
+        pos += 4
+        out.append(raw[pos : pos + length])
+        pos += length
+    return out
+
+
+def parse_response(response: Any) -> ParsedResponse:
+    """Read one ModelInferResponse protobuf (one streamed step, or the whole result)."""
+    raw_contents = response.raw_output_contents
+    ids: tuple[int, ...] | None = None
+    text: bytes | None = None
+    index = 0
+    n_out: int | None = None
+    n_in: int | None = None
+    seq_len: int | None = None
+    for pos, output in enumerate(response.outputs):
+        if pos >= len(raw_contents):
+            break
+        raw = raw_contents[pos]
+        name = output.name
+        if name == c.OUTPUT_IDS:
+            ids = tuple(array("i", raw))
+        elif name == c.TEXT_OUTPUT:
+            text = b"".join(_bytes_elements(raw))
+        elif name == c.SEQUENCE_LENGTH:
+            seq_len = array("i", raw)[0] if raw else None
+        elif name == c.SEQUENCE_INDEX:
+            index = array("i", raw)[0] if raw else 0
+        elif name == c.NUM_OUTPUT_TOKENS:
+            n_out = array("i", raw)[0] if raw else None
+        elif name == c.NUM_INPUT_TOKENS:
+            n_in = array("i", raw)[0] if raw else None
+    if ids is not None and seq_len is not None:
+        # output_ids is [1, beam, padded tokens]: only the first sequence_length are real.
+        ids = ids[:seq_len]
+    params = response.parameters
+    final = "triton_final_response" in params and params["triton_final_response"].bool_param
+    return ParsedResponse(
+        index=index,
+        token_ids=ids,
+        text=text,
+        num_output_tokens=n_out,
+        num_input_tokens=n_in,
+        final=final,
+        empty=not response.outputs,
+    )
