@@ -44,6 +44,10 @@ class OpenAITarget:
         self._client: httpx.AsyncClient | None = None
         self._transport: httpx.AsyncBaseTransport | None = None
 
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
     @classmethod
     def with_transport(
         cls, transport: httpx.AsyncBaseTransport, base_url: str, model: str, workload: Workload, **kw: Any

@@ -1,0 +1,697 @@
+"""`python -m loadtest.bench` (`make bench`): the gateway against direct Triton and against LiteLLM.
+
+Starts the CPU Triton stack with the synthetic engine (deterministic tokens at a fixed step, no
+model compute, so the clients are what is measured), then drives the same streaming workload at
+each concurrency through every target:
+  (a) direct Triton gRPC streaming from Python (the floor for any Python gateway),
+  (b) the gateway over the ensemble (and over the engine route),
+  (c) Triton's native HTTP generate_stream,
+  (d) the LiteLLM proxy with its Triton provider.
+For each: output tokens/s, TTFT p50/p99, errors, and the CPU the client-side process burned per
+streamed token (/proc), with ratios against (a). Writes results/<timestamp>/ and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from loadtest import procstat
+from loadtest.metrics import RequestRecord, RunSummary
+from loadtest.openai_client import OpenAITarget
+from loadtest.report import plot_sweep, request_rows, summary_dict, write_csv, write_json
+from loadtest.runner import LoadSpec, run_load
+from loadtest.subproc import NotReady, free_port, spawn_logged, stop_process, wait_http_ready
+from loadtest.target import Target
+from loadtest.workload import Prompt, Workload, synthetic_prompts
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["triton-grpc", "gateway", "triton-http", "litellm"]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchTarget:
+    key: str  # CLI name
+    label: str  # table name
+    kind: Kind
+    route: str = "ensemble"  # gateway only
+
+
+# The order is the table's order; (a) runs first because every ratio is against it.
+TARGETS: tuple[BenchTarget, ...] = (
+    BenchTarget("grpc", "(a) Triton gRPC, Python client", "triton-grpc"),
+    BenchTarget("gateway", "(b) gateway, ensemble route", "gateway", route="ensemble"),
+    BenchTarget("gateway-engine", "(b) gateway, engine route", "gateway", route="engine"),
+    BenchTarget("triton-http", "(c) Triton HTTP generate_stream", "triton-http"),
+    BenchTarget("litellm", "(d) LiteLLM proxy, Triton provider", "litellm"),
+)
+BASELINE = "grpc"
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    concurrencies: tuple[int, ...] = (1, 16, 64, 256)
+    targets: tuple[str, ...] = tuple(t.key for t in TARGETS)
+    max_tokens: int = 64
+    prompt_tokens: int = 32
+    step_ms: float = 5.0  # synthetic engine step: one token per active request per step
+    requests_per_stream: int = 3  # requests per level = max(min_requests, concurrency * this)
+    min_requests: int = 24
+    level_duration_s: float = 30.0  # no new requests after this, per level
+    warmup: int = 8
+    gateway_workers: int = 1
+    gateway_extra_args: tuple[str, ...] = ()
+    soak_streams: int = 0  # 0: no soak scenario
+    soak_max_tokens: int = 200
+    out_dir: str = ""
+    litellm_venv: str = ".cache/litellm-venv"
+
+    @classmethod
+    def quick(cls) -> BenchConfig:
+        return cls(
+            concurrencies=(1, 16),
+            max_tokens=16,
+            prompt_tokens=16,
+            requests_per_stream=2,
+            min_requests=8,
+            level_duration_s=10.0,
+            warmup=2,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LevelResult:
+    target: str
+    label: str
+    concurrency: int
+    summary: RunSummary
+    client_cpu_s: float  # the measured client-side process tree, over the measured window
+    loadgen_cpu_s: float  # this process (the load generator), same window
+    triton_cpu_s: float
+    measured: str  # what client_cpu_s covers
+
+    @property
+    def cpu_ms_per_token(self) -> float:
+        tokens = self.summary.output_tokens
+        return self.client_cpu_s * 1000.0 / tokens if tokens else math.nan
+
+    @property
+    def triton_cpu_ms_per_token(self) -> float:
+        tokens = self.summary.output_tokens
+        return self.triton_cpu_s * 1000.0 / tokens if tokens else math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class TargetOutcome:
+    target: BenchTarget
+    levels: tuple[LevelResult, ...] = ()
+    unavailable: str | None = None  # why the target could not run
+    records: dict[int, tuple[RequestRecord, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Stack:
+    grpc_url: str  # host:port
+    http_url: str  # http://host:port
+    tokenizer_dir: str
+    triton_pid: int | None
+    ensemble: str = "ensemble"
+    engine: str = "tensorrt_llm"
+    served_name: str = "tiny"
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A started target: the client to drive it and the process whose CPU is charged to it."""
+
+    client: Target
+    pid: int
+    include_children: bool
+    measured: str
+
+
+# --------------------------------------------------------------------------------------------- stack
+
+
+@contextlib.contextmanager
+def start_stack(cfg: BenchConfig, workdir: Path) -> Iterator[Stack]:
+    """The real CPU tritonserver on a rendered repository with the synthetic engine (deploy.devstack)."""
+    from deploy import devstack
+
+    repo = devstack.prepare_dev_repository(
+        workdir / "model_repo", engine_mode="synthetic", synthetic_step_ms=cfg.step_ms
+    )
+    with devstack.TritonServer(repo.path, log_file=workdir / "tritonserver.log") as server:
+        yield Stack(
+            grpc_url=server.grpc_url,
+            http_url=server.http_url,
+            tokenizer_dir=str(repo.tokenizer_dir),
+            triton_pid=server.pid,
+        )
+
+
+def gateway_command(port: int, stack: Stack, route: str, workers: int, extra: Sequence[str]) -> list[str]:
+    """Exactly the documented `gateway serve` command line, plus workers and any extra flags."""
+    spec = (
+        f"name={stack.served_name},triton_model={stack.ensemble},"
+        f"tokenizer={stack.tokenizer_dir},route={route}"
+    )
+    if route == "engine":
+        spec += f",engine_model={stack.engine}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--triton-url",
+        stack.grpc_url,
+        "--model",
+        spec,
+    ]
+    if workers > 1:
+        cmd += ["--workers", str(workers)]
+    return cmd + list(extra)
+
+
+@contextlib.asynccontextmanager
+async def start_target(
+    target: BenchTarget, stack: Stack, cfg: BenchConfig, workload: Workload, workdir: Path
+) -> AsyncIterator[Running]:
+    max_conc = max(cfg.concurrencies)
+    if target.kind == "triton-grpc":
+        from loadtest.triton_grpc import TritonGrpcTarget
+
+        client: Target = TritonGrpcTarget(stack.grpc_url, stack.ensemble, workload, name=target.key)
+        await client.open(max_conc)
+        try:
+            # Here the client is the gateway-equivalent: this very process is what gets charged.
+            yield Running(client, os.getpid(), False, "load-generator process (the gRPC client itself)")
+        finally:
+            await client.aclose()
+        return
+    if target.kind == "triton-http":
+        from loadtest.triton_http import TritonHttpTarget
+
+        client = TritonHttpTarget(stack.http_url, stack.ensemble, workload, name=target.key)
+        await client.open(max_conc)
+        try:
+            # No client-side server process: Triton does the HTTP work; charge the load generator.
+            yield Running(client, os.getpid(), False, "load-generator process (HTTP client)")
+        finally:
+            await client.aclose()
+        return
+    if target.kind == "gateway":
+        port = free_port()
+        log_path = workdir / f"gateway-{target.route}.log"
+        cmd = gateway_command(port, stack, target.route, cfg.gateway_workers, cfg.gateway_extra_args)
+        proc = spawn_logged(cmd, log_path, _child_env())
+        try:
+            await asyncio.to_thread(
+                wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", 180.0, log_path
+            )
+            client = OpenAITarget(f"http://127.0.0.1:{port}/v1", stack.served_name, workload, name=target.key)
+            await client.open(max_conc)
+            try:
+                yield Running(
+                    client, proc.pid, True, f"gateway process tree ({cfg.gateway_workers} worker(s))"
+                )
+            finally:
+                await client.aclose()
+        finally:
+            stop_process(proc)
+        return
+    if target.kind == "litellm":
+        from loadtest import litellm_proxy
+
+        exe = await asyncio.to_thread(litellm_proxy.ensure_venv, Path(cfg.litellm_venv))
+        with litellm_proxy.run_proxy(
+            exe=exe,
+            workdir=workdir / "litellm",
+            port=free_port(),
+            triton_http_url=stack.http_url,
+            triton_model=stack.ensemble,
+            served_name=stack.served_name,
+        ) as proxy:
+            # The provider speaks chat only (it builds text_input from messages with a prompt template).
+            chat = replace(workload, endpoint="chat")
+            client = OpenAITarget(
+                proxy.base_url, stack.served_name, chat, api_key=proxy.api_key, name=target.key
+            )
+            await client.open(max_conc)
+            try:
+                yield Running(client, proxy.pid, True, "LiteLLM proxy process tree")
+            finally:
+                await client.aclose()
+        return
+    raise ValueError(f"unknown target kind {target.kind}")
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+# ----------------------------------------------------------------------------------------- measuring
+
+
+async def measure_level(
+    running: Running,
+    target: BenchTarget,
+    prompts: Sequence[Prompt],
+    concurrency: int,
+    cfg: BenchConfig,
+    stack: Stack,
+) -> tuple[LevelResult, tuple[RequestRecord, ...]]:
+    requests = max(cfg.min_requests, concurrency * cfg.requests_per_stream)
+    spec = LoadSpec(
+        concurrency=concurrency,
+        requests=requests,
+        duration_s=cfg.level_duration_s,
+        warmup=min(cfg.warmup, requests),
+    )
+    marks: dict[str, tuple[procstat.CpuSample, procstat.CpuSample, procstat.CpuSample | None]] = {}
+    me = os.getpid()
+
+    def on_window(phase: str) -> None:
+        marks[phase] = (
+            procstat.cpu_times(running.pid, include_children=running.include_children),
+            procstat.cpu_times(me, include_children=False),
+            procstat.cpu_times(stack.triton_pid) if stack.triton_pid else None,
+        )
+
+    result = await run_load(
+        running.client,
+        prompts,
+        spec,
+        label=f"{target.key} c={concurrency}",
+        progress=False,
+        on_window=on_window,
+    )
+    (c0, l0, t0), (c1, l1, t1) = marks["start"], marks["end"]
+    level = LevelResult(
+        target=target.key,
+        label=target.label,
+        concurrency=concurrency,
+        summary=result.summary,
+        client_cpu_s=(c1 - c0).total_s,
+        loadgen_cpu_s=(l1 - l0).total_s,
+        triton_cpu_s=(t1 - t0).total_s if t0 is not None and t1 is not None else math.nan,
+        measured=running.measured,
+    )
+    s = level.summary
+    log.info(
+        "%-16s c=%-4d %6.0f tok/s  TTFT p50 %7.1f ms p99 %7.1f ms  errors %d  CPU %.3f ms/tok",
+        target.key,
+        concurrency,
+        s.output_tokens_per_s,
+        s.ttft.p50 * 1000,
+        s.ttft.p99 * 1000,
+        sum(s.errors.values()),
+        level.cpu_ms_per_token,
+    )
+    return level, result.records
+
+
+async def run_target(
+    target: BenchTarget,
+    stack: Stack,
+    cfg: BenchConfig,
+    workload: Workload,
+    prompts: Sequence[Prompt],
+    workdir: Path,
+) -> TargetOutcome:
+    levels: list[LevelResult] = []
+    records: dict[int, tuple[RequestRecord, ...]] = {}
+    try:
+        async with start_target(target, stack, cfg, workload, workdir) as running:
+            for c in cfg.concurrencies:
+                level, recs = await measure_level(running, target, prompts, c, cfg, stack)
+                levels.append(level)
+                records[c] = recs
+    except Exception as exc:  # the report says why a target did not run; the others still do
+        reason = f"{type(exc).__name__}: {exc}"
+        log.error("%s unavailable: %s", target.key, reason)
+        return TargetOutcome(target, tuple(levels), unavailable=reason, records=records)
+    return TargetOutcome(target, tuple(levels), records=records)
+
+
+# ------------------------------------------------------------------------------------------ reporting
+
+
+def _ratio(x: float, base: float) -> float:
+    return x / base if base and not math.isnan(base) and not math.isnan(x) else math.nan
+
+
+def _f(x: float, fmt: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def comparison_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
+    base = {lv.concurrency: lv for o in outcomes if o.target.key == BASELINE for lv in o.levels}
+    rows: list[dict[str, Any]] = []
+    for o in outcomes:
+        for lv in o.levels:
+            b = base.get(lv.concurrency)
+            s = lv.summary
+            rows.append(
+                {
+                    "target": lv.target,
+                    "label": lv.label,
+                    "concurrency": lv.concurrency,
+                    "requests": s.requests,
+                    "successes": s.successes,
+                    "errors": sum(s.errors.values()),
+                    "error_kinds": ";".join(f"{k}={v}" for k, v in sorted(s.errors.items())),
+                    "output_tokens": s.output_tokens,
+                    "output_tokens_per_s": s.output_tokens_per_s,
+                    "throughput_vs_a": _ratio(s.output_tokens_per_s, b.summary.output_tokens_per_s)
+                    if b
+                    else math.nan,
+                    "ttft_p50_ms": s.ttft.p50 * 1000,
+                    "ttft_p99_ms": s.ttft.p99 * 1000,
+                    "ttft_p50_over_a_ms": (s.ttft.p50 - b.summary.ttft.p50) * 1000 if b else math.nan,
+                    "tpot_p50_ms": s.tpot.p50 * 1000,
+                    "client_cpu_s": lv.client_cpu_s,
+                    "client_cpu_ms_per_token": lv.cpu_ms_per_token,
+                    "cpu_vs_a": _ratio(lv.cpu_ms_per_token, b.cpu_ms_per_token) if b else math.nan,
+                    "loadgen_cpu_ms_per_token": lv.loadgen_cpu_s * 1000 / s.output_tokens
+                    if s.output_tokens
+                    else math.nan,
+                    "triton_cpu_ms_per_token": lv.triton_cpu_ms_per_token,
+                    "measured": lv.measured,
+                }
+            )
+    return rows
+
+
+def markdown_table(rows: Sequence[dict[str, Any]], outcomes: Sequence[TargetOutcome]) -> str:
+    head = (
+        "| target | conc | ok/req | errors | out tok/s | vs (a) | TTFT p50 ms | TTFT p99 ms | "
+        "TTFT p50 - (a) ms | client CPU ms/tok | vs (a) | Triton CPU ms/tok |"
+    )
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in rows:
+        errors = r["error_kinds"] or "0"
+        lines.append(
+            f"| {r['label']} | {r['concurrency']} | {r['successes']}/{r['requests']} | {errors} | "
+            f"{_f(r['output_tokens_per_s'], '.0f')} | {_f(r['throughput_vs_a'], '.2f')}x | "
+            f"{_f(r['ttft_p50_ms'], '.1f')} | {_f(r['ttft_p99_ms'], '.1f')} | "
+            f"{_f(r['ttft_p50_over_a_ms'], '+.1f')} | {_f(r['client_cpu_ms_per_token'], '.3f')} | "
+            f"{_f(r['cpu_vs_a'], '.2f')}x | {_f(r['triton_cpu_ms_per_token'], '.3f')} |"
+        )
+    for o in outcomes:
+        if o.unavailable is not None:
+            lines.append(
+                f"| {o.target.label} | - | - | did not run: {o.unavailable.replace('|', '/')} |" + " - |" * 8
+            )
+    return "\n".join(lines)
+
+
+def target_checks(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The issue's targets, evaluated on this run's numbers (figures, not pass/fail tests)."""
+    by = {(r["target"], r["concurrency"]): r for r in rows}
+    out: list[str] = []
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    for key in ("gateway", "gateway-engine"):
+        cpu = [r["cpu_vs_a"] for r in rows if r["target"] == key and not math.isnan(r["cpu_vs_a"])]
+        if cpu:
+            worst = max(cpu)
+            out.append(
+                f"- {key}: CPU per streamed token vs (a), worst level {worst:.2f}x (target <= 1.5x): "
+                f"{verdict(worst <= 1.5)}"
+            )
+        r1 = by.get((key, 1))
+        if r1 and not math.isnan(r1["ttft_p50_over_a_ms"]):
+            d = r1["ttft_p50_over_a_ms"]
+            out.append(
+                f"- {key}: TTFT p50 overhead at concurrency 1: {d:+.2f} ms (target <= 2 ms): "
+                + verdict(d <= 2)
+            )
+        r64 = by.get((key, 64))
+        if r64 and not math.isnan(r64["throughput_vs_a"]):
+            t = r64["throughput_vs_a"]
+            out.append(
+                f"- {key}: throughput vs (a) at concurrency 64: {t:.2f}x (target >= 0.8x): "
+                + verdict(t >= 0.8)
+            )
+        for c in sorted({r["concurrency"] for r in rows}):
+            g, lite = by.get((key, c)), by.get(("litellm", c))
+            if g and lite and lite["output_tokens_per_s"] and lite["client_cpu_ms_per_token"]:
+                tput = g["output_tokens_per_s"] / lite["output_tokens_per_s"]
+                cpu_r = g["client_cpu_ms_per_token"] / lite["client_cpu_ms_per_token"]
+                out.append(
+                    f"- {key} vs LiteLLM at concurrency {c}: throughput {tput:.2f}x (target >= 3x), "
+                    f"CPU per token {cpu_r:.2f}x (target <= 0.33x): {verdict(tput >= 3 and cpu_r <= 1 / 3)}"
+                )
+    return out
+
+
+def machine_info() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem_gb = math.nan
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        mem_gb = int(Path("/proc/meminfo").read_text().split()[1]) / 1024 / 1024
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "memory_gb": round(mem_gb, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def plot_cpu(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    levels = sorted({r["concurrency"] for r in rows})
+    by = {(r["target"], r["concurrency"]): r for r in rows}
+    width = 0.8 / max(len(targets), 1)
+    fig, ax = plt.subplots(figsize=(10, 5))
+    for i, t in enumerate(targets):
+        ys = [by.get((t, c), {}).get("client_cpu_ms_per_token", math.nan) for c in levels]
+        ax.bar([j + i * width for j in range(len(levels))], ys, width, label=t)
+    ax.set_xticks([j + width * (len(targets) - 1) / 2 for j in range(len(levels))], [str(c) for c in levels])
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("client-side CPU ms per streamed token")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(
+    out: Path, cfg: BenchConfig, outcomes: Sequence[TargetOutcome], soak: dict[str, Any] | None
+) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = comparison_rows(outcomes)
+    machine = machine_info()
+    table = markdown_table(rows, outcomes)
+    checks = target_checks(rows)
+    md = [
+        f"# Benchmark {machine['date']}",
+        "",
+        f"Machine: {machine['cpu'] or 'unknown CPU'}, {machine['cores']} cores, {machine['memory_gb']} GB, "
+        f"Python {machine['python']}, Linux {machine['kernel']}.",
+        f"Workload: streaming completions, {cfg.prompt_tokens}-token prompts, {cfg.max_tokens} output tokens "
+        f"(ignore_eos / min_tokens), synthetic engine step {cfg.step_ms:g} ms, concurrencies "
+        f"{', '.join(map(str, cfg.concurrencies))}; load generator and servers share this machine.",
+        "Client CPU: user+sys from /proc over the measured requests, of the gateway or proxy process tree; "
+        "for (a) and (c), of the load-generator process itself.",
+        "",
+        table,
+        "",
+        "## Against the targets",
+        "",
+        *(checks or ["- (no gateway results to compare)"]),
+    ]
+    if soak is not None:
+        md += ["", "## Open streams soak", "", "```", json.dumps(soak, indent=2), "```"]
+    md += [
+        "",
+        "![latency vs throughput](latency_vs_throughput.png)",
+        "",
+        "![CPU per token](cpu_per_token.png)",
+        "",
+    ]
+    text = "\n".join(md)
+    (out / "bench.md").write_text(text, encoding="utf-8")
+    write_csv(out / "bench.csv", rows)
+    write_json(
+        out / "bench.json",
+        {
+            "machine": machine,
+            "config": asdict(cfg),
+            "rows": rows,
+            "runs": [summary_dict(lv.summary) for o in outcomes for lv in o.levels],
+            "unavailable": {o.target.key: o.unavailable for o in outcomes if o.unavailable},
+            "soak": soak,
+        },
+    )
+    req_rows: list[dict[str, Any]] = []
+    for o in outcomes:
+        for c, recs in o.records.items():
+            req_rows.extend(request_rows(f"{o.target.key} c={c}", recs))
+    write_csv(out / "requests.csv", req_rows)
+    series = {o.target.label: [lv.summary for lv in o.levels] for o in outcomes if o.levels}
+    if series:
+        plot_sweep(
+            out / "latency_vs_throughput.png", series, title="latency vs throughput (labels: concurrency)"
+        )
+        plot_cpu(out / "cpu_per_token.png", rows)
+    return text
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
+async def run_bench(cfg: BenchConfig, out: Path) -> str:
+    """Run every selected target against one stack; `out` (and out/work) must exist."""
+    workdir = out / "work"
+    workload = Workload(max_tokens=cfg.max_tokens, stream=True, ignore_eos=True, include_usage=True)
+    selected = [t for t in TARGETS if t.key in cfg.targets]
+    outcomes: list[TargetOutcome] = []
+    soak: dict[str, Any] | None = None
+    with start_stack(cfg, workdir) as stack:
+        biggest = max(cfg.min_requests, max(cfg.concurrencies) * cfg.requests_per_stream) + cfg.warmup
+        prompts = synthetic_prompts(biggest, cfg.prompt_tokens, seed=1, tokenizer_dir=stack.tokenizer_dir)
+        for target in selected:
+            log.info("target %s: %s", target.key, target.label)
+            outcomes.append(await run_target(target, stack, cfg, workload, prompts, workdir))
+        if cfg.soak_streams:
+            soak = await run_soak(stack, cfg, workdir)
+    return write_report(out, cfg, outcomes, soak)
+
+
+async def run_soak(stack: Stack, cfg: BenchConfig, workdir: Path) -> dict[str, Any]:
+    from loadtest.soak import soak_open_streams
+
+    soak_cfg = replace(cfg, concurrencies=(cfg.soak_streams,), gateway_workers=1)
+    target = next(t for t in TARGETS if t.key == "gateway")
+    workload = Workload(max_tokens=cfg.soak_max_tokens, stream=True, ignore_eos=True)
+    try:
+        async with start_target(target, stack, soak_cfg, workload, workdir) as running:
+            assert isinstance(running.client, OpenAITarget)
+            # A few requests first, so the baseline includes warmed-up caches and connection pools.
+            await run_load(
+                running.client,
+                synthetic_prompts(8, 16, seed=3),
+                LoadSpec(concurrency=8, requests=8),
+                progress=False,
+            )
+            base_url = running.client.base_url
+            result = await soak_open_streams(
+                base_url,
+                stack.served_name,
+                running.pid,
+                streams=cfg.soak_streams,
+                max_tokens=cfg.soak_max_tokens,
+            )
+    except (NotReady, OSError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    d = asdict(result)
+    d.pop("samples")
+    d["rss_growth_mb"] = round(result.rss_growth_mb, 2)
+    d["target_rss_growth_mb"] = 150
+    d["met"] = result.ok and result.rss_growth_mb < 150
+    return d
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="smoke run: concurrencies 1,16, short outputs")
+    p.add_argument("--concurrency", help="comma list (default 1,16,64,256)")
+    p.add_argument(
+        "--targets",
+        help=f"comma list of {', '.join(t.key for t in TARGETS)} (default: all)",
+    )
+    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--prompt-tokens", type=int)
+    p.add_argument("--step-ms", type=float, help="synthetic engine step interval")
+    p.add_argument("--level-duration", type=float, help="seconds per level before no new requests start")
+    p.add_argument("--gateway-workers", type=int, help="gateway worker processes (default 1)")
+    p.add_argument(
+        "--gateway-arg", action="append", default=[], help="extra flag for `gateway serve` (repeatable)"
+    )
+    p.add_argument("--soak", action="store_true", help="also hold 1,000 open streams through one gateway")
+    p.add_argument("--soak-streams", type=int, default=1000)
+    p.add_argument("--out", help="results directory (default results/<timestamp>)")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    cfg = BenchConfig.quick() if args.quick else BenchConfig()
+    changes: dict[str, Any] = {}
+    if args.concurrency:
+        changes["concurrencies"] = tuple(int(c) for c in args.concurrency.split(","))
+    if args.targets:
+        keys = tuple(k.strip() for k in args.targets.split(","))
+        unknown = set(keys) - {t.key for t in TARGETS}
+        if unknown:
+            raise SystemExit(f"unknown targets: {', '.join(sorted(unknown))}")
+        changes["targets"] = keys
+    for name, attr in (
+        ("max_tokens", "max_tokens"),
+        ("prompt_tokens", "prompt_tokens"),
+        ("step_ms", "step_ms"),
+        ("level_duration", "level_duration_s"),
+        ("gateway_workers", "gateway_workers"),
+        ("out", "out_dir"),
+    ):
+        if getattr(args, name) is not None:
+            changes[attr] = getattr(args, name)
+    if args.gateway_arg:
+        changes["gateway_extra_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
+    if args.soak:
+        changes["soak_streams"] = args.soak_streams
+    return replace(cfg, **changes)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    cfg = config_from_args(build_parser().parse_args(argv))
+    out = Path(cfg.out_dir or f"results/{time.strftime('%Y%m%d-%H%M%S')}")
+    (out / "work").mkdir(parents=True, exist_ok=True)
+    text = asyncio.run(run_bench(cfg, out))
+    sys.stdout.write(text + "\n")
+    log.info("results in %s/", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

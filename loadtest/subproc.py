@@ -1,0 +1,76 @@
+"""Subprocess plumbing for the benchmark: free ports, readiness polls, clean stops."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+
+class NotReady(RuntimeError):
+    """A server did not come up; the message carries the tail of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def wait_http_ready(
+    proc: subprocess.Popen[bytes],
+    url: str,
+    timeout: float,
+    log_path: Path,
+    *,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Poll url until it answers 200; fail early, with the log's tail, if the process exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise NotReady(f"exited with {proc.returncode}: {log_tail(log_path)}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2.0, headers=headers).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise NotReady(f"not ready after {timeout:.0f}s: {log_tail(log_path)}")
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    """SIGTERM the process group we started (server plus its workers), SIGKILL it if it lingers."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def spawn_logged(
+    cmd: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start cmd in its own process group (so stop_process reaches its workers), output to log_path."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log_file:
+        # The child holds its own copy of the descriptor; ours can close right away.
+        return subprocess.Popen(
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
