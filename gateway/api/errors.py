@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import ORJSONResponse
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.errors import (
@@ -22,8 +22,8 @@ from gateway.errors import (
 logger = logging.getLogger(__name__)
 
 
-def error_response(error: GatewayError) -> ORJSONResponse:
-    return ORJSONResponse(error.to_body(), status_code=error.status_code, headers=error.headers or None)
+def error_response(error: GatewayError) -> JSONResponse:
+    return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.headers or None)
 
 
 def _param_from_loc(loc: tuple[Any, ...]) -> str | None:
@@ -72,15 +72,15 @@ def validation_error(exc: RequestValidationError) -> GatewayError:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GatewayError)
-    async def _gateway_error(request: Request, exc: GatewayError) -> ORJSONResponse:
+    async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> ORJSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> ORJSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         error: GatewayError
         if exc.status_code == 404:
             error = NotFoundError(f"Unknown request URL: {request.method} {request.url.path}.")
@@ -94,6 +94,6 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(error)
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> ORJSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
         return error_response(to_gateway_error(exc))

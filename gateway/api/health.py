@@ -1,22 +1,22 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import ORJSONResponse
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 router = APIRouter()
 
 
 @router.get("/health", include_in_schema=False)
-async def health() -> ORJSONResponse:
-    return ORJSONResponse({"status": "ok"})
+async def health() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
 
 
 @router.get("/health/ready", include_in_schema=False)
-async def ready(request: Request) -> ORJSONResponse:
+async def ready(request: Request) -> JSONResponse:
     models = await request.app.state.readiness.check()
     ok = bool(models) and all(models.values())
-    return ORJSONResponse(
+    return JSONResponse(
         {"status": "ready" if ok else "unavailable", "models": models}, status_code=200 if ok else 503
     )
 

@@ -61,20 +61,16 @@ class ChatChunkWriter:
 
 
 class CompletionChunkWriter:
-    __slots__ = ("_base", "_with_usage")
+    # Unlike chat chunks, completion chunks leave `usage` out until the last one: the published
+    # schema does not allow it to be null there.
+    __slots__ = ("_base",)
 
-    def __init__(self, completion_id: str, created: int, model: str, *, include_usage: bool) -> None:
+    def __init__(self, completion_id: str, created: int, model: str) -> None:
         self._base = {"id": completion_id, "object": "text_completion", "created": created, "model": model}
-        self._with_usage = include_usage
-
-    def _chunk(self, choices: list[dict[str, Any]]) -> str:
-        body: dict[str, Any] = {**self._base, "choices": choices}
-        if self._with_usage:
-            body["usage"] = None
-        return _dump(body)
 
     def text(self, index: int, text: str, finish_reason: str | None = None) -> str:
-        return self._chunk([{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}])
+        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        return _dump({**self._base, "choices": [choice]})
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
         return _dump({**self._base, "choices": [], "usage": usage_dict(prompt_tokens, completion_tokens)})

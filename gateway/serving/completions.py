@@ -74,12 +74,7 @@ class CompletionService:
         )
 
     async def stream(self, prepared: PreparedRequest, echoes: list[str]) -> AsyncIterator[str]:
-        writer = CompletionChunkWriter(
-            prepared.response_id,
-            prepared.created,
-            prepared.runtime.name,
-            include_usage=prepared.include_usage,
-        )
+        writer = CompletionChunkWriter(prepared.response_id, prepared.created, prepared.runtime.name)
         try:
             n = len(prepared.generations[0].choices)
             for i, echo in enumerate(echoes):

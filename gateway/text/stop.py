@@ -25,11 +25,16 @@ class StopStringMatcher:
         if not self._stops:
             return text
         buffer = self._buffer + text
-        cut = -1
+        # The stop string that completes first wins (as if text arrived a character at a time),
+        # so the result does not depend on how the stream was split; ties go to the longest.
+        cut, end = -1, -1
         for stop in self._stops:
             at = buffer.find(stop)
-            if at != -1 and (cut == -1 or at < cut):
-                cut = at
+            if at == -1:
+                continue
+            stop_end = at + len(stop)
+            if end == -1 or stop_end < end or (stop_end == end and at < cut):
+                cut, end = at, stop_end
         if cut != -1:
             self.stopped = True
             self._buffer = ""

@@ -1,0 +1,303 @@
+"""Chat completions through the ASGI app on a scripted engine: shapes, streaming bytes, stops, usage."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.api.conftest import MakeClient
+from tests.support.openai_schema import validate
+
+USER = [{"role": "user", "content": "Say hello"}]
+REPLY = "Hello there! 你好 🎉 how are you today?"
+
+
+def sse_events(body: str) -> list[str]:
+    assert body.endswith("data: [DONE]\n\n"), body[-200:]
+    events = [e for e in body.split("\n\n") if e]
+    for e in events:
+        assert e.startswith("data: "), e
+    return [e.removeprefix("data: ") for e in events]
+
+
+def chunks_of(body: str) -> list[dict]:
+    events = sse_events(body)
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+async def test_chat_completion_matches_the_official_schema_and_counts_usage(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    validate("CreateChatCompletionResponse", body)
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": REPLY, "refusal": None}
+    assert body["choices"][0]["finish_reason"] == "stop"
+    request = engine.requests[0]
+    reply_ids = engine.tokenizer.encode(REPLY, add_special_tokens=False)
+    assert body["usage"] == {
+        "prompt_tokens": len(request.prompt_ids),
+        "completion_tokens": len(reply_ids),
+        "total_tokens": len(request.prompt_ids) + len(reply_ids),
+    }
+    assert request.prompt_text == engine.tokenizer.apply_chat_template(USER)
+
+
+async def test_stream_sends_role_deltas_finish_usage_and_done_in_order(make_client: MakeClient) -> None:
+    client, engine = await make_client(reply=lambda req, i: "Hi you")
+    r = await client.post(
+        "/v1/chat/completions",
+        json={"model": "tiny", "messages": USER, "stream": True, "stream_options": {"include_usage": True}},
+    )
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    chunks = chunks_of(r.text)
+    for chunk in chunks:
+        validate("CreateChatCompletionStreamResponse", chunk)
+    ids = engine.tokenizer.encode("Hi you", add_special_tokens=False)
+    pieces = [
+        engine.tokenizer.decode(ids[: i + 1])[len(engine.tokenizer.decode(ids[:i])) :]
+        for i in range(len(ids))
+    ]
+    head = {k: chunks[0][k] for k in ("id", "object", "created", "model")}
+    expected = [
+        {
+            **head,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+            "usage": None,
+        },
+        *[
+            {
+                **head,
+                "choices": [{"index": 0, "delta": {"content": p}, "logprobs": None, "finish_reason": None}],
+                "usage": None,
+            }
+            for p in pieces
+        ],
+        {
+            **head,
+            "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],
+            "usage": None,
+        },
+        {
+            **head,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": len(engine.requests[0].prompt_ids),
+                "completion_tokens": len(ids),
+                "total_tokens": len(engine.requests[0].prompt_ids) + len(ids),
+            },
+        },
+    ]
+    assert chunks == expected
+    # Exact framing: one `data:` line per event, a blank line between, [DONE] last.
+    assert (
+        r.text
+        == "".join(f"data: {json.dumps(c, separators=(',', ':'), ensure_ascii=False)}\n\n" for c in expected)
+        + "data: [DONE]\n\n"
+    )
+
+
+async def test_without_include_usage_chunks_carry_no_usage_field(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "stream": True})
+    chunks = chunks_of(r.text)
+    assert all("usage" not in c for c in chunks)
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == REPLY
+
+
+@pytest.mark.parametrize("token_ids", [True, False], ids=["ids", "text-bytes"])
+async def test_streamed_text_equals_non_streamed_text(make_client: MakeClient, token_ids: bool) -> None:
+    client, _ = await make_client(token_ids=token_ids)
+    full = (await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER})).json()
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "stream": True})
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks_of(r.text))
+    assert streamed == full["choices"][0]["message"]["content"] == REPLY
+
+
+async def test_stop_string_split_across_tokens_cuts_the_answer_and_cancels_the_engine(
+    make_client: MakeClient,
+) -> None:
+    client, engine = await make_client()
+    stop = "你好"
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "stop": stop})
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == REPLY[: REPLY.index(stop)]
+    assert choice["finish_reason"] == "stop"
+    assert engine.cancelled == [engine.requests[0].request_id]
+    r = await client.post(
+        "/v1/chat/completions", json={"model": "tiny", "messages": USER, "stop": [stop], "stream": True}
+    )
+    chunks = chunks_of(r.text)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert text == REPLY[: REPLY.index(stop)]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_max_tokens_one_gives_one_token_and_length(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "max_tokens": 1})
+    body = r.json()
+    first = engine.tokenizer.decode(engine.tokenizer.encode(REPLY, add_special_tokens=False)[:1])
+    assert body["choices"][0] == {
+        "index": 0,
+        "message": {"role": "assistant", "content": first, "refusal": None},
+        "logprobs": None,
+        "finish_reason": "length",
+    }
+    assert body["usage"]["completion_tokens"] == 1
+    assert engine.requests[0].params.max_tokens == 1
+
+
+async def test_max_completion_tokens_wins_over_max_tokens(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    await client.post(
+        "/v1/chat/completions",
+        json={"model": "tiny", "messages": USER, "max_tokens": 50, "max_completion_tokens": 3},
+    )
+    assert engine.requests[0].params.max_tokens == 3
+
+
+async def test_default_max_tokens_is_the_rest_of_the_context_not_16(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER})
+    request = engine.requests[0]
+    assert request.params.max_tokens == 512 - len(request.prompt_ids)
+
+
+async def test_n_two_gives_two_choices_with_indexes_0_and_1(make_client: MakeClient) -> None:
+    client, _ = await make_client(reply=lambda req, i: f"answer number {i}")
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "n": 2})
+    body = r.json()
+    validate("CreateChatCompletionResponse", body)
+    assert [(c["index"], c["message"]["content"]) for c in body["choices"]] == [
+        (0, "answer number 0"),
+        (1, "answer number 1"),
+    ]
+    r = await client.post(
+        "/v1/chat/completions", json={"model": "tiny", "messages": USER, "n": 2, "stream": True}
+    )
+    texts = {0: "", 1: ""}
+    finishes = {}
+    for c in chunks_of(r.text):
+        ch = c["choices"][0]
+        texts[ch["index"]] += ch["delta"].get("content") or ""
+        if ch["finish_reason"]:
+            finishes[ch["index"]] = ch["finish_reason"]
+    assert texts == {0: "answer number 0", 1: "answer number 1"}
+    assert finishes == {0: "stop", 1: "stop"}
+
+
+async def test_extra_end_token_stops_generation_with_stop(make_client: MakeClient) -> None:
+    client, engine = await make_client(reply=lambda req, i: "before<|eot|>after")
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER})
+    choice = r.json()["choices"][0]
+    assert choice["message"]["content"] == "before"
+    assert choice["finish_reason"] == "stop"
+    request = engine.requests[0]
+    assert request.stop_token_strings == ("<|eot|>",)
+    assert engine.cancelled == [request.request_id]
+
+
+async def test_sampling_fields_and_engine_knobs_reach_the_engine(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    await client.post(
+        "/v1/chat/completions",
+        json={
+            "model": "tiny",
+            "messages": USER,
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "seed": 7,
+            "presence_penalty": 0.1,
+            "frequency_penalty": 0.2,
+            "top_k": 5,
+            "repetition_penalty": 1.1,
+            "min_tokens": 2,
+            "length_penalty": 1.0,
+            "ignore_eos": True,
+            "max_tokens": 9,
+            "user": "someone",
+            "some_future_field": {"x": 1},
+        },
+    )
+    p = engine.requests[0].params
+    assert (p.temperature, p.top_p, p.seed, p.presence_penalty, p.frequency_penalty) == (
+        0.5,
+        0.9,
+        7,
+        0.1,
+        0.2,
+    )
+    assert (p.top_k, p.repetition_penalty, p.min_tokens, p.length_penalty, p.ignore_eos, p.max_tokens) == (
+        5,
+        1.1,
+        2,
+        1.0,
+        True,
+        9,
+    )
+
+
+async def test_a_fresh_seed_is_chosen_when_sampling_without_one(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    for _ in range(2):
+        await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "max_tokens": 2})
+    seeds = [r.params.seed for r in engine.requests]
+    assert None not in seeds and seeds[0] != seeds[1]
+    await client.post(
+        "/v1/chat/completions", json={"model": "tiny", "messages": USER, "max_tokens": 2, "temperature": 0}
+    )
+    assert engine.requests[-1].params.seed is None
+
+
+async def test_content_parts_are_joined_and_developer_becomes_system(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    messages = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]},
+    ]
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": messages})
+    assert r.status_code == 200
+    expected = engine.tokenizer.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    )
+    assert engine.requests[0].prompt_text == expected
+
+
+async def test_an_engine_failure_mid_stream_is_one_error_event_then_done(make_client: MakeClient) -> None:
+    client, _ = await make_client(fail_after=3)
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "stream": True})
+    events = sse_events(r.text)
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])
+    validate("ErrorResponse", error)
+    assert error["error"]["code"] == "engine_error"
+    assert all("error" not in json.loads(e) for e in events[:-2])
+
+
+async def test_the_openai_sdk_parses_responses_and_streams(make_client: MakeClient) -> None:
+    import openai
+
+    client, _ = await make_client()
+    sdk = openai.AsyncOpenAI(
+        base_url="http://gateway.test/v1",
+        api_key="unused",
+        http_client=httpx.AsyncClient(transport=client._transport),
+    )
+    async with sdk:
+        out = await sdk.chat.completions.create(model="tiny", messages=USER)  # type: ignore[arg-type]
+        assert out.choices[0].message.content == REPLY
+        stream = await sdk.chat.completions.create(model="tiny", messages=USER, stream=True)  # type: ignore[arg-type]
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        assert text == REPLY

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import json
+
+from tests.api.conftest import MakeClient
+from tests.api.test_chat_api import REPLY, chunks_of
+from tests.support.openai_schema import validate
+
+
+async def test_completion_matches_the_official_schema(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "Once upon a time"})
+    body = r.json()
+    validate("CreateCompletionResponse", body)
+    assert body["object"] == "text_completion"
+    assert body["choices"] == [{"index": 0, "text": REPLY, "logprobs": None, "finish_reason": "stop"}]
+    prompt_ids = engine.tokenizer.encode("Once upon a time")
+    assert engine.requests[0].prompt_ids == tuple(prompt_ids)
+    assert body["usage"]["prompt_tokens"] == len(prompt_ids)
+
+
+async def test_a_list_of_prompts_gives_n_choices_per_prompt_in_order(make_client: MakeClient) -> None:
+    client, _ = await make_client(reply=lambda req, i: f"{req.prompt_text}/{i}")
+    r = await client.post(
+        "/v1/completions", json={"model": "tiny", "prompt": ["a b", "c d"], "n": 2, "max_tokens": 20}
+    )
+    body = r.json()
+    validate("CreateCompletionResponse", body)
+    assert [(c["index"], c["text"]) for c in body["choices"]] == [
+        (0, "a b/0"),
+        (1, "a b/1"),
+        (2, "c d/0"),
+        (3, "c d/1"),
+    ]
+    r = await client.post(
+        "/v1/completions",
+        json={"model": "tiny", "prompt": ["a b", "c d"], "n": 2, "max_tokens": 20, "stream": True},
+    )
+    texts: dict[int, str] = {}
+    for chunk in chunks_of(r.text):
+        validate("CreateCompletionResponse.stream", chunk)
+        for c in chunk["choices"]:
+            texts[c["index"]] = texts.get(c["index"], "") + c["text"]
+    assert texts == {0: "a b/0", 1: "a b/1", 2: "c d/0", 3: "c d/1"}
+
+
+async def test_token_id_prompts_are_accepted(make_client: MakeClient) -> None:
+    client, engine = await make_client()
+    ids = engine.tokenizer.encode("Hello world")
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": ids, "max_tokens": 3})
+    assert r.status_code == 200
+    assert engine.requests[0].prompt_ids == tuple(ids)
+    assert r.json()["usage"]["prompt_tokens"] == len(ids)
+    r = await client.post(
+        "/v1/completions", json={"model": "tiny", "prompt": [ids, ids[:2]], "max_tokens": 3}
+    )
+    assert len(r.json()["choices"]) == 2
+
+
+async def test_echo_prepends_the_prompt(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "Start:", "echo": True})
+    assert r.json()["choices"][0]["text"] == "Start:" + REPLY
+    r = await client.post(
+        "/v1/completions", json={"model": "tiny", "prompt": "Start:", "echo": True, "stream": True}
+    )
+    assert "".join(c["choices"][0]["text"] for c in chunks_of(r.text) if c["choices"]) == "Start:" + REPLY
+
+
+async def test_stream_with_usage_ends_with_a_usage_chunk(make_client: MakeClient) -> None:
+    client, _engine = await make_client()
+    r = await client.post(
+        "/v1/completions",
+        json={
+            "model": "tiny",
+            "prompt": "Hi",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "stop": "你",
+        },
+    )
+    chunks = chunks_of(r.text)
+    for c in chunks[:-1]:
+        validate("CreateCompletionResponse.stream", c)
+    assert chunks[-1]["choices"] == []
+    usage = chunks[-1]["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == REPLY[: REPLY.index("你")]
+    assert json.loads(json.dumps(usage))["completion_tokens"] > 0
+
+
+async def test_models_endpoints_match_the_schema(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    body = (await client.get("/v1/models")).json()
+    validate("ListModelsResponse", body)
+    assert [m["id"] for m in body["data"]] == ["tiny"]
+    one = (await client.get("/v1/models/tiny")).json()
+    validate("Model", one)
+    assert one["id"] == "tiny"
+
+
+async def test_metrics_count_requests_tokens_and_latency(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    await client.post("/v1/completions", json={"model": "tiny", "prompt": "Hi", "max_tokens": 4})
+    await client.post(
+        "/v1/chat/completions",
+        json={"model": "tiny", "messages": [{"role": "user", "content": "x"}], "stream": True},
+    )
+    await client.post("/v1/completions", json={"model": "nope", "prompt": "Hi"})
+    text = (await client.get("/metrics")).text
+    assert 'gateway_requests_total{route="/v1/completions",status="200"} 1.0' in text
+    assert 'gateway_requests_total{route="/v1/completions",status="404"} 1.0' in text
+    assert 'gateway_requests_total{route="/v1/chat/completions",status="200"} 1.0' in text
+    assert 'gateway_time_to_first_token_seconds_count{model="tiny"} 2.0' in text
+    assert 'gateway_generation_tokens_total{model="tiny"}' in text
+    assert "gateway_requests_in_flight 1.0" in text  # the /metrics request itself

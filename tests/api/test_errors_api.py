@@ -1,0 +1,193 @@
+"""Bad input always gets an OpenAI-shaped error with the right status, never a 500."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import EngineUnavailableError
+from tests.api.conftest import MakeClient
+from tests.support.openai_schema import validate
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def assert_error(r, status: int, *, param: str | None = ..., code: str | None = ...) -> dict:  # type: ignore[assignment]
+    assert r.status_code == status, r.text
+    body = r.json()
+    validate("ErrorResponse", body)
+    assert set(body) == {"error"}
+    if param is not ...:
+        assert body["error"]["param"] == param
+    if code is not ...:
+        assert body["error"]["code"] == code
+    assert "Traceback" not in r.text
+    return body["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "tiny", "messages": USER, "max_tokens": -1}, "max_tokens"),
+        ({"model": "tiny", "messages": USER, "max_tokens": "ten"}, "max_tokens"),
+        ({"model": "tiny", "messages": USER, "temperature": 2.5}, "temperature"),
+        ({"model": "tiny", "messages": USER, "top_p": -0.1}, "top_p"),
+        ({"model": "tiny", "messages": USER, "n": 0}, "n"),
+        ({"model": "tiny", "messages": USER, "presence_penalty": 3}, "presence_penalty"),
+        ({"model": "tiny"}, "messages"),
+        ({"model": "tiny", "messages": []}, "messages"),
+        ({"model": "tiny", "messages": "hello"}, "messages"),
+        ({"model": "tiny", "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"messages": USER}, "model"),
+        ({"model": "tiny", "messages": USER, "stop": 5}, "stop"),
+        ({"model": "tiny", "messages": USER, "stream": "yes please"}, "stream"),
+    ],
+)
+async def test_invalid_chat_fields_are_400_naming_the_param(
+    make_client: MakeClient, body: dict, param: str
+) -> None:
+    client, engine = await make_client()
+    error = assert_error(await client.post("/v1/chat/completions", json=body), 400, param=param)
+    assert error["type"] == "invalid_request_error"
+    assert engine.requests == []
+
+
+async def test_malformed_json_is_400(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    r = await client.post(
+        "/v1/chat/completions",
+        content=b'{"model": "tiny", "messages": [',
+        headers={"content-type": "application/json"},
+    )
+    assert_error(r, 400, param=None)
+    r = await client.post("/v1/chat/completions", content=b"", headers={"content-type": "application/json"})
+    assert_error(r, 400)
+    r = await client.post("/v1/completions", content=b"[1, 2]", headers={"content-type": "application/json"})
+    assert_error(r, 400)
+
+
+async def test_unknown_model_is_404_model_not_found(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    error = assert_error(
+        await client.post("/v1/chat/completions", json={"model": "gpt-9", "messages": USER}),
+        404,
+        param="model",
+        code="model_not_found",
+    )
+    assert "gpt-9" in error["message"]
+    assert_error(await client.get("/v1/models/gpt-9"), 404, code="model_not_found")
+
+
+async def test_over_long_prompt_is_context_length_exceeded(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    long = [{"role": "user", "content": "word " * 2000}]
+    assert_error(
+        await client.post("/v1/chat/completions", json={"model": "tiny", "messages": long}),
+        400,
+        code="context_length_exceeded",
+    )
+    assert_error(
+        await client.post(
+            "/v1/chat/completions", json={"model": "tiny", "messages": USER, "max_tokens": 100000}
+        ),
+        400,
+        code="context_length_exceeded",
+    )
+    assert_error(
+        await client.post("/v1/completions", json={"model": "tiny", "prompt": "word " * 2000}),
+        400,
+        code="context_length_exceeded",
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"logprobs": True}, "logprobs"),
+        ({"logit_bias": {"5": 10}}, "logit_bias"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+    ],
+)
+async def test_fields_that_change_the_result_but_are_unsupported_are_rejected_by_name(
+    make_client: MakeClient, extra: dict, param: str
+) -> None:
+    client, engine = await make_client()
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, **extra})
+    assert_error(r, 400, param=param, code="unsupported_parameter")
+    assert engine.requests == []
+
+
+async def test_unknown_fields_are_accepted(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    r = await client.post(
+        "/v1/chat/completions",
+        json={"model": "tiny", "messages": USER, "store": True, "metadata": {"a": "b"}},
+    )
+    assert r.status_code == 200
+
+
+async def test_image_parts_are_400_naming_the_message(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]
+    assert_error(
+        await client.post("/v1/chat/completions", json={"model": "tiny", "messages": messages}),
+        400,
+        param="messages[0].content",
+    )
+
+
+async def test_too_many_or_too_long_stop_strings_are_400(make_client: MakeClient) -> None:
+    client, _ = await make_client(settings={"max_stop_strings": 2, "max_stop_string_length": 5})
+    r = await client.post(
+        "/v1/chat/completions", json={"model": "tiny", "messages": USER, "stop": ["a", "b", "c"]}
+    )
+    assert_error(r, 400, param="stop")
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "stop": "toolong"})
+    assert_error(r, 400, param="stop")
+
+
+async def test_n_above_the_limit_is_400(make_client: MakeClient) -> None:
+    client, _ = await make_client(settings={"max_n": 4})
+    assert_error(
+        await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "n": 5}),
+        400,
+        param="n",
+    )
+
+
+async def test_engine_unavailable_is_503_before_the_stream_starts(make_client: MakeClient) -> None:
+    client, _ = await make_client(ready=False)
+    for stream in (False, True):
+        r = await client.post(
+            "/v1/chat/completions", json={"model": "tiny", "messages": USER, "stream": stream}
+        )
+        assert_error(r, 503, code="engine_unavailable")
+    r = await client.get("/health/ready")
+    assert r.status_code == 503
+    assert (await client.get("/health")).status_code == 200
+
+
+async def test_engine_unavailable_mid_request_is_503(make_client: MakeClient) -> None:
+    client, _ = await make_client(fail_after=0, fail_with=EngineUnavailableError)
+    assert_error(await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER}), 503)
+
+
+async def test_unknown_route_and_wrong_method_are_openai_shaped(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    assert_error(await client.get("/v1/nothing-here"), 404)
+    assert_error(await client.get("/v1/chat/completions"), 405)
+
+
+async def test_token_ids_outside_the_vocabulary_are_400(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    assert_error(
+        await client.post("/v1/completions", json={"model": "tiny", "prompt": [1, 999999]}),
+        400,
+        param="prompt",
+    )
+    assert_error(
+        await client.post("/v1/completions", json={"model": "tiny", "prompt": ""}), 400, param="prompt"
+    )
+    assert_error(
+        await client.post("/v1/completions", json={"model": "tiny", "prompt": []}), 400, param="prompt"
+    )

@@ -1,0 +1,108 @@
+"""A scripted engine for API tests: deterministic output, both token-id and text-bytes modes,
+and a record of which requests were cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
+from gateway.errors import EngineError, EngineUnavailableError
+from gateway.text.tokenizer import Tokenizer
+
+
+@dataclass
+class FakeEngine:
+    tokenizer: Tokenizer
+    reply: Callable[[GenerationRequest, int], str] = lambda req, i: "Hello there! 你好 🎉 how are you today?"
+    token_ids: bool = True
+    ready: bool = True
+    # Fail after this many deltas (None: never), with this error.
+    fail_after: int | None = None
+    fail_with: type[Exception] = EngineError
+    # Wait on this event before each delta (tests pace the stream with it).
+    gate: asyncio.Event | None = None
+    requests: list[GenerationRequest] = field(default_factory=list)
+    active: set[str] = field(default_factory=set)
+    cancelled: list[str] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)
+
+    @property
+    def info(self) -> EngineInfo:
+        if not self.ready:
+            raise EngineUnavailableError("fake engine is not ready")
+        return EngineInfo(
+            model="fake",
+            exposes_token_ids=self.token_ids,
+            native_num_sequences=True,
+            reports_token_counts=False,
+            variant="current",
+        )
+
+    def output_ids(self, request: GenerationRequest, index: int) -> list[int]:
+        ids = self.tokenizer.encode(self.reply(request, index), add_special_tokens=False)
+        limit = request.params.max_tokens
+        if request.params.ignore_eos or len(ids) >= limit:
+            return ids[:limit] if len(ids) >= limit else (ids * (limit // max(len(ids), 1) + 1))[:limit]
+        return ids
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+        self.requests.append(request)
+        self.active.add(request.request_id)
+        sent = 0
+        finished = False
+        try:
+            sequences = [self.output_ids(request, i) for i in range(request.num_sequences)]
+            longest = max(len(s) for s in sequences)
+            for step in range(longest):
+                for index, ids in enumerate(sequences):
+                    if step >= len(ids):
+                        continue
+                    if self.gate is not None:
+                        await self.gate.wait()
+                    else:
+                        await asyncio.sleep(0)
+                    if self.fail_after is not None and sent >= self.fail_after:
+                        raise self.fail_with("scripted engine failure")
+                    sent += 1
+                    token = ids[step]
+                    if self.token_ids:
+                        yield GenerationDelta(index=index, token_ids=(token,), num_tokens=1)
+                    else:
+                        yield GenerationDelta(index=index, text=self._token_bytes(token), num_tokens=1)
+            finished = True
+        finally:
+            self.active.discard(request.request_id)
+            (self.completed if finished else self.cancelled).append(request.request_id)
+
+    def _token_bytes(self, token: int) -> bytes:
+        # What our postprocessing emits: the token's own bytes (byte-level BPE here).
+        (piece,) = self.tokenizer.convert_ids_to_tokens([token])
+        return bytes(_BYTE_DECODER[ch] for ch in piece)
+
+    async def is_ready(self) -> bool:
+        return self.ready
+
+    async def close(self) -> None:
+        return None
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    # GPT-2's reversible byte <-> printable character table.
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs), strict=True))
+
+
+_BYTE_DECODER = {v: k for k, v in _bytes_to_unicode().items()}

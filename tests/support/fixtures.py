@@ -1,0 +1,21 @@
+"""Fixtures shared by the unit and API suites (imported by their conftest files)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_bpe_dir() -> Path:
+    from deploy.tiny_model import build_tiny_model
+
+    return build_tiny_model("bpe")
+
+
+@pytest.fixture(scope="session")
+def tiny_metaspace_dir() -> Path:
+    from deploy.tiny_model import build_tiny_model
+
+    return build_tiny_model("metaspace")

@@ -1,0 +1,108 @@
+"""The incremental detokenizer and the UTF-8 assembler: exact text however the stream is split."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.text.detokenizer import IncrementalDetokenizer, Utf8TextAssembler
+from gateway.text.tokenizer import Tokenizer
+
+TEXTS = [
+    "Hello world, this is a test.",
+    "  leading spaces and  double  spaces",
+    "你好，世界！这是一个测试。",
+    "emoji 🎉🚀 and 👩‍👩‍👧 family",
+    "mixed: café naïve 日本語 😀 end",
+]
+
+_tokenizers: dict[Path, Tokenizer] = {}
+
+
+def tokenizer_for(path: Path) -> Tokenizer:
+    if path not in _tokenizers:
+        _tokenizers[path] = Tokenizer(path)
+    return _tokenizers[path]
+
+
+def split_points(data: st.DataObject, length: int) -> list[int]:
+    cuts = data.draw(st.lists(st.integers(min_value=1, max_value=max(length - 1, 1)), max_size=length))
+    return sorted(set(c for c in cuts if 0 < c < length))
+
+
+def stream_ids(tok: Tokenizer, prompt: list[int], ids: list[int], cuts: list[int]) -> str:
+    detok = IncrementalDetokenizer(tok, prompt)
+    out = []
+    bounds = [0, *cuts, len(ids)]
+    for a, b in itertools.pairwise(bounds):
+        out.append(detok.push_ids(ids[a:b]))
+    out.append(detok.flush())
+    return "".join(out)
+
+
+@pytest.fixture(params=["bpe", "metaspace"])
+def tok(request: pytest.FixtureRequest, tiny_bpe_dir: Path, tiny_metaspace_dir: Path) -> Tokenizer:
+    return tokenizer_for(tiny_bpe_dir if request.param == "bpe" else tiny_metaspace_dir)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_token_by_token_decoding_equals_decoding_the_whole_continuation(tok: Tokenizer, text: str) -> None:
+    prompt = tok.encode("Say something:")
+    ids = tok.encode(" " + text, add_special_tokens=False)
+    expected = tok.decode(prompt + ids)[len(tok.decode(prompt)) :]
+    assert stream_ids(tok, prompt, ids, list(range(1, len(ids)))) == expected
+    assert "\ufffd" not in expected
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.data(), text=st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=40)
+)
+def test_any_split_of_the_same_tokens_gives_the_same_text(
+    tok: Tokenizer, data: st.DataObject, text: str
+) -> None:
+    prompt = tok.encode("Hi")
+    ids = tok.encode(text, add_special_tokens=False)
+    whole = stream_ids(tok, prompt, ids, [])
+    assert stream_ids(tok, prompt, ids, split_points(data, len(ids))) == whole
+    assert stream_ids(tok, prompt, ids, list(range(1, len(ids)))) == whole
+
+
+def test_an_incomplete_character_is_held_back_until_completed(tiny_bpe_dir: Path) -> None:
+    tok = tokenizer_for(tiny_bpe_dir)
+    ids = tok.encode("🎉", add_special_tokens=False)
+    assert len(ids) > 1, "the tiny tokenizer should split this emoji across tokens"
+    detok = IncrementalDetokenizer(tok, [])
+    pieces = [detok.push_ids([i]) for i in ids]
+    assert pieces[:-1] == [""] * (len(ids) - 1)
+    assert pieces[-1] == "🎉"
+
+
+def test_a_truncated_character_is_released_as_a_replacement_at_the_end(tiny_bpe_dir: Path) -> None:
+    tok = tokenizer_for(tiny_bpe_dir)
+    ids = tok.encode("🎉", add_special_tokens=False)
+    detok = IncrementalDetokenizer(tok, [])
+    assert detok.push_ids(ids[:1]) == ""
+    assert detok.flush() == "\ufffd"
+
+
+def test_the_first_generated_word_keeps_its_leading_space_for_sentencepiece(tiny_metaspace_dir: Path) -> None:
+    tok = tokenizer_for(tiny_metaspace_dir)
+    prompt = tok.encode("Hello")
+    ids = tok.encode(" world", add_special_tokens=False)
+    assert stream_ids(tok, prompt, ids, []) == " world"
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), text=st.text(max_size=60))
+def test_utf8_assembler_is_exact_for_any_byte_split(data: st.DataObject, text: str) -> None:
+    raw = text.encode("utf-8", errors="surrogatepass")
+    cuts = split_points(data, len(raw))
+    asm = Utf8TextAssembler()
+    bounds = [0, *cuts, len(raw)]
+    out = "".join(asm.push_bytes(raw[a:b]) for a, b in itertools.pairwise(bounds)) + asm.flush()
+    assert out == raw.decode("utf-8", errors="replace")
