@@ -17,6 +17,9 @@ Usage: deploy/build_engine.sh --hf-model DIR [options]
 
 Model
   --hf-model DIR            Hugging Face model directory (config.json, weights, tokenizer)  [HF_MODEL_DIR]
+  --hf-model-id ID          download this Hugging Face Hub model into --hf-model first when
+                            that directory has no config.json (HF_TOKEN for gated models)  [HF_MODEL_ID]
+  --hf-revision REV         Hub revision (branch, tag or commit) for --hf-model-id         [HF_REVISION]
   --name NAME               name used in cache paths (default: basename of --hf-model)     [MODEL_NAME]
   --family FAMILY           convert_checkpoint.py family: llama, qwen, gpt, phi
                             (default: from config.json model_type)                          [MODEL_FAMILY]
@@ -39,8 +42,9 @@ Engine limits
   --build-arg ARG           extra trtllm-build argument (repeatable)
 Tools
   --examples-dir DIR        TensorRT-LLM examples/ matching the installed tensorrt_llm     [TRTLLM_EXAMPLES_DIR]
-  --fetch-examples          clone that examples/ (tag v<tensorrt_llm version>) into the cache
-                            when --examples-dir is not given                               [TRTLLM_FETCH_EXAMPLES=1]
+  --fetch-examples          without --examples-dir, clone TensorRT-LLM at tag v<tensorrt_llm
+                            version> into <cache-dir>/src/TensorRT-LLM-v<version> unless a
+                            checkout is already there (copy one there on offline hosts)     [TRTLLM_FETCH_EXAMPLES=1]
   --trtllm-version V        expected tensorrt_llm version (checked against the installed one) [TRTLLM_VERSION]
   --cache-dir DIR           engine cache (default ./engines)                                [ENGINE_CACHE_DIR]
 Model repository (rendered from model_repo_templates/ when --repo-out is given)
@@ -67,6 +71,8 @@ note() { echo "$PROG: $*" >&2; }
 
 # --- options: environment first, flags override -------------------------------------------------
 HF_MODEL_DIR=${HF_MODEL_DIR:-}
+HF_MODEL_ID=${HF_MODEL_ID:-}
+HF_REVISION=${HF_REVISION:-}
 MODEL_NAME=${MODEL_NAME:-}
 MODEL_FAMILY=${MODEL_FAMILY:-}
 CONVERT_SCRIPT=${CONVERT_SCRIPT:-}
@@ -105,6 +111,8 @@ need_value() { [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --hf-model) need_value "$@"; HF_MODEL_DIR=$2; shift 2 ;;
+    --hf-model-id) need_value "$@"; HF_MODEL_ID=$2; shift 2 ;;
+    --hf-revision) need_value "$@"; HF_REVISION=$2; shift 2 ;;
     --name) need_value "$@"; MODEL_NAME=$2; shift 2 ;;
     --family) need_value "$@"; MODEL_FAMILY=$2; shift 2 ;;
     --convert-script) need_value "$@"; CONVERT_SCRIPT=$2; shift 2 ;;
@@ -205,6 +213,18 @@ if [[ $DRY_RUN == 1 ]]; then
   note "dry run: printing commands only; not checking for python3, trtllm-build, git, nvidia-smi or GPUs"
 fi
 
+# --- download the checkpoint when asked and not there yet -------------------------------------------------
+if [[ -n $HF_MODEL_ID && ! -f $HF_MODEL_DIR/config.json ]]; then
+  [[ $DRY_RUN == 1 ]] || require_tool python3 "it downloads $HF_MODEL_ID with huggingface_hub"
+  note "downloading $HF_MODEL_ID${HF_REVISION:+ at $HF_REVISION} into $HF_MODEL_DIR"
+  # Into a sibling first: an interrupted download must not look like a complete checkpoint.
+  run rm -rf "$HF_MODEL_DIR.partial"
+  run python3 -c 'import sys; from huggingface_hub import snapshot_download; snapshot_download(repo_id=sys.argv[1], revision=sys.argv[2] or None, local_dir=sys.argv[3])' \
+    "$HF_MODEL_ID" "$HF_REVISION" "$HF_MODEL_DIR.partial"
+  run rm -rf "$HF_MODEL_DIR"
+  run mv "$HF_MODEL_DIR.partial" "$HF_MODEL_DIR"
+fi
+
 # --- read the Hugging Face config ----------------------------------------------------------------------
 HF_MODEL_TYPE=""
 HF_TORCH_DTYPE=""
@@ -234,6 +254,10 @@ PY
       max_position_embeddings) HF_MAX_POSITIONS=$value ;;
     esac
   done <<<"$hf_facts"
+elif [[ $DRY_RUN == 1 && -n $HF_MODEL_ID ]]; then
+  [[ -n $MODEL_FAMILY && $DTYPE != auto ]] ||
+    die "dry run: $HF_MODEL_ID is not downloaded yet, so its config.json cannot be read; pass --family and --dtype"
+  note "dry run: $HF_MODEL_ID is not downloaded yet; using --family $MODEL_FAMILY and --dtype $DTYPE"
 elif [[ -d $HF_MODEL_DIR ]]; then
   die "$HF_MODEL_DIR has no config.json: is it a Hugging Face model directory?"
 elif [[ $DRY_RUN == 1 && -n $MODEL_FAMILY && $DTYPE != auto ]]; then
@@ -329,18 +353,20 @@ elif [[ -n $TRTLLM_EXAMPLES_DIR ]]; then
   else
     die "--examples-dir not found: $TRTLLM_EXAMPLES_DIR"
   fi
-elif [[ $TRTLLM_FETCH_EXAMPLES == 1 ]]; then
-  [[ -n $TRTLLM_VERSION ]] || die "cannot name the TensorRT-LLM tag to fetch: tensorrt_llm is not installed here; pass --trtllm-version"
-  FETCH_DEST=$ENGINE_CACHE_DIR/src/TensorRT-LLM-v$TRTLLM_VERSION
-  if [[ -d $FETCH_DEST/examples ]]; then
-    CONVERT_SCRIPT=$(locate_convert_script "$FETCH_DEST/examples") ||
-      die "no convert_checkpoint.py for family '$MODEL_FAMILY' in $FETCH_DEST/examples"
-    FETCH_DEST=""
-  else
-    CONVERT_SCRIPT=$FETCH_DEST/examples/models/core/$MODEL_FAMILY/convert_checkpoint.py
-  fi
 else
-  die "convert_checkpoint.py comes from the TensorRT-LLM examples, which the NGC image does not ship: pass --examples-dir (a TensorRT-LLM checkout at tag v${TRTLLM_VERSION:-<tensorrt_llm version>}, its examples/ directory) or --fetch-examples"
+  # Without --examples-dir the examples live in the cache, one checkout per TensorRT-LLM version:
+  # --fetch-examples clones them there, and an offline host can copy them there by hand.
+  [[ -n $TRTLLM_VERSION ]] || die "cannot name the TensorRT-LLM examples to use: tensorrt_llm is not installed here; pass --trtllm-version or --examples-dir"
+  cached_examples=$ENGINE_CACHE_DIR/src/TensorRT-LLM-v$TRTLLM_VERSION
+  if [[ -d $cached_examples/examples ]]; then
+    CONVERT_SCRIPT=$(locate_convert_script "$cached_examples/examples") ||
+      die "no convert_checkpoint.py for family '$MODEL_FAMILY' in $cached_examples/examples"
+  elif [[ $TRTLLM_FETCH_EXAMPLES == 1 ]]; then
+    FETCH_DEST=$cached_examples
+    CONVERT_SCRIPT=$FETCH_DEST/examples/models/core/$MODEL_FAMILY/convert_checkpoint.py
+  else
+    die "convert_checkpoint.py comes from the TensorRT-LLM examples, which the NGC image does not ship: pass --examples-dir (examples/ of a TensorRT-LLM checkout at tag v$TRTLLM_VERSION), or --fetch-examples to clone it into $cached_examples, or copy such a checkout there"
+  fi
 fi
 
 if [[ -n $FETCH_DEST ]]; then
@@ -486,6 +512,7 @@ if [[ -n $MODEL_REPO_DIR ]]; then
     --backend tensorrtllm
     --variant "$REPO_VARIANT"
     --out "$MODEL_REPO_DIR"
+    --overwrite
     --set "engine_dir=${ENGINE_DIR_AT_SERVE:-$ENGINE_DIR}"
     --set "tokenizer_dir=${TOKENIZER_DIR_AT_SERVE:-$TOKENIZER_DIR}"
     --set "max_batch_size=$MAX_BATCH_SIZE"
