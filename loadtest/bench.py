@@ -77,6 +77,8 @@ class BenchConfig:
     soak_streams: int = 0  # 0: no soak scenario
     soak_max_tokens: int = 200
     out_dir: str = ""
+    # An already running Triton instead of starting the CPU stack: (grpc host:port, http URL, tokenizer dir).
+    external: tuple[str, str, str] | None = None
     litellm_venv: str = ".cache/litellm-venv"
 
     @classmethod
@@ -149,6 +151,15 @@ class Running:
 @contextlib.contextmanager
 def start_stack(cfg: BenchConfig, workdir: Path) -> Iterator[Stack]:
     """The real CPU tritonserver on a rendered repository with the synthetic engine (deploy.devstack)."""
+    if cfg.external is not None:
+        grpc_url, http_url, tokenizer_dir = cfg.external
+        yield Stack(
+            grpc_url=grpc_url,
+            http_url=http_url,
+            tokenizer_dir=tokenizer_dir,
+            triton_pid=_pid_listening(grpc_url),
+        )
+        return
     from deploy import devstack
 
     repo = devstack.prepare_dev_repository(
@@ -161,6 +172,30 @@ def start_stack(cfg: BenchConfig, workdir: Path) -> Iterator[Stack]:
             tokenizer_dir=str(repo.tokenizer_dir),
             triton_pid=server.pid,
         )
+
+
+def _pid_listening(hostport: str) -> int | None:
+    """The pid of the local process listening on hostport's port, if this user can see it (for its CPU)."""
+    port = int(hostport.rsplit(":", 1)[1])
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add(cols[9])
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    link = os.readlink(fd)
+                    if link.startswith("socket:[") and link[8:-1] in inodes:
+                        return int(proc.name)
+    return None
 
 
 def gateway_command(port: int, stack: Stack, route: str, workers: int, extra: Sequence[str]) -> list[str]:
@@ -649,6 +684,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--soak", action="store_true", help="also hold 1,000 open streams through one gateway")
     p.add_argument("--soak-streams", type=int, default=1000)
     p.add_argument("--out", help="results directory (default results/<timestamp>)")
+    p.add_argument(
+        "--external",
+        nargs=3,
+        metavar=("GRPC_HOSTPORT", "HTTP_URL", "TOKENIZER_DIR"),
+        help="bench an already running Triton (its model must be the synthetic engine to be comparable)",
+    )
     return p
 
 
@@ -677,11 +718,15 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         changes["gateway_extra_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
     if args.soak:
         changes["soak_streams"] = args.soak_streams
+    if args.external:
+        changes["external"] = tuple(args.external)
     return replace(cfg, **changes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: thousands of lines, and CPU on the measured path.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     cfg = config_from_args(build_parser().parse_args(argv))

@@ -204,13 +204,18 @@ async def _run(args: argparse.Namespace) -> int:
     out = Path(args.out or f"results/loadtest-{time.strftime('%Y%m%d-%H%M%S')}")
     config = {k: v for k, v in vars(args).items() if k != "api_key"}
     write_run(out, results, config)
-    Console().print(summary_table([s for s, _ in results], title=f"{target.name} -> {args.model}"))
+    # A wide console even when piped: the table has 13 columns and must not be truncated.
+    Console(width=max(Console().width, 200)).print(
+        summary_table([s for s, _ in results], title=f"{target.name} -> {args.model}")
+    )
     log.info("results written to %s/", out)
     return 1 if any(s.successes == 0 for s, _ in results) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: thousands of lines, and CPU on the measured path.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.requests < 1 or args.max_tokens < 1 or args.prompt_tokens < 1:

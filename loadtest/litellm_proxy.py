@@ -38,6 +38,7 @@ class LiteLLMProxy:
 
 def ensure_venv(venv: Path = DEFAULT_VENV, requirement: str = LITELLM_REQUIREMENT) -> Path:
     """The proxy executable, installing LiteLLM into its own venv on first use."""
+    venv = venv.absolute()  # the proxy runs in its own working directory
     exe = venv / "bin" / "litellm"
     stamp = venv / ".installed"
     if exe.exists() and stamp.exists() and stamp.read_text().strip() == requirement:
@@ -45,7 +46,9 @@ def ensure_venv(venv: Path = DEFAULT_VENV, requirement: str = LITELLM_REQUIREMEN
     venv.parent.mkdir(parents=True, exist_ok=True)
     log.info("installing %s into %s (once)", requirement, venv)
     try:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
+        # The base interpreter, not the project venv's: a venv made from a venv links back into it.
+        base_python = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base_python, "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
         subprocess.run(
             [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", requirement],
             check=True,

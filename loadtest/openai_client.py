@@ -26,8 +26,12 @@ class OpenAITarget:
         api_key: str | None = None,
         timeout: float = 300.0,
         name: str = "openai",
+        trust_usage: bool = True,
     ) -> None:
         self.name = name
+        # Some proxies estimate usage with their own tokenizer (LiteLLM counts the text with tiktoken):
+        # then the content chunks, one per engine token, are the truer count.
+        self._trust_usage = trust_usage
         self._base_url = base_url.rstrip("/")
         self._model = model
         self._workload = workload
@@ -151,13 +155,14 @@ class OpenAITarget:
         except Exception as exc:  # every failure is a counted error, never an aborted run
             error, error_msg = error_kind(exc), detail(repr(exc))
         end = time.perf_counter()
+        use_usage = usage_tokens is not None and (self._trust_usage or not stream)
         return RequestRecord(
             start=start,
             end=end,
             chunk_times=tuple(times),
-            output_tokens=usage_tokens if usage_tokens is not None else len(times),
+            output_tokens=usage_tokens if use_usage and usage_tokens is not None else len(times),
             prompt_tokens=prompt_tokens,
-            usage_reported=reported if reported is not None else usage_tokens is not None,
+            usage_reported=use_usage and reported is not False,
             streamed=stream,
             error=error,
             error_detail=error_msg,

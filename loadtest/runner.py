@@ -115,7 +115,7 @@ async def run_load(
     """
     if not prompts:
         raise ValueError("no prompts")
-    label = label or f"{target.name} {spec.mode}={spec.load:g}"
+    label = label or f"{target.name} {'c' if spec.mode == 'concurrency' else 'rate'}={spec.load:g}"
     if spec.warmup:
         warm = LoadSpec(concurrency=spec.concurrency or 1, requests=spec.warmup)
         await _closed_loop(target, prompts, warm, None, offset=0)
