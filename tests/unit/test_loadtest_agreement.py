@@ -7,6 +7,7 @@ load generator's numbers must agree with.
 
 import asyncio
 import json
+import os
 import socket
 import statistics
 import time
@@ -17,6 +18,7 @@ from openai import AsyncOpenAI
 
 from loadtest.openai_client import OpenAITarget
 from loadtest.runner import LoadSpec, run_load
+from loadtest.soak import soak_open_streams
 from loadtest.triton_http import TritonHttpTarget
 from loadtest.workload import Prompt, Workload
 
@@ -264,3 +266,14 @@ async def test_triton_generate_stream_target_counts_text_events(server_url):
     assert result.summary.errors == {}
     assert result.summary.output_tokens == 4 * TOKENS
     assert result.summary.ttft.p50 == pytest.approx(TTFT, abs=0.02)
+
+
+async def test_soak_holds_all_streams_open_and_reports_rss(server_url):
+    result = await soak_open_streams(server_url + "/v1", "m", os.getpid(), streams=40, max_tokens=TOKENS)
+    assert result.ok, result.errors
+    assert result.completed == 40
+    # Every stream outlives the time it takes to open them all (TTFT alone is 50 ms).
+    assert result.max_open == 40
+    assert result.rss_before_mb > 0
+    assert result.rss_peak_mb >= result.rss_before_mb
+    assert result.samples
