@@ -9,10 +9,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.api import chat, completions, health, models
 from gateway.api.errors import install_error_handlers
+from gateway.api.middleware import AdmissionMiddleware, ApiKeyMiddleware, BodySizeMiddleware
 from gateway.config import ServedModel, Settings
 from gateway.engine import Engine
 from gateway.errors import GatewayError
@@ -33,9 +35,10 @@ class MetricsMiddleware:
     """Counts requests by matched route and status, and tracks in-flight requests (streams
     included: the ASGI call lasts until the last byte is sent)."""
 
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, paths: frozenset[str]) -> None:
         self.app = app
         self.metrics = metrics
+        self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -56,7 +59,11 @@ class MetricsMiddleware:
         finally:
             m.in_flight.dec()
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            # Requests refused before routing (401, 413, 429) still count under their path;
+            # unknown paths share one label so clients cannot grow the label set.
+            path = getattr(route, "path", None) or (
+                scope["path"] if scope["path"] in self.paths else "unmatched"
+            )
             m.requests.labels(path, str(status)).inc()
 
 
@@ -106,6 +113,9 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             max_n=settings.max_n,
             max_stop_strings=settings.max_stop_strings,
             max_stop_string_length=settings.max_stop_string_length,
+            max_prompt_tokens=settings.max_prompt_tokens,
+            max_tokens=settings.max_tokens_limit,
+            request_timeout_s=settings.request_timeout_s,
         )
         app.state.registry = registry
         app.state.readiness = Readiness(registry, settings.readiness_cache_s)
@@ -133,5 +143,25 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
     install_error_handlers(app)
     for router in (completions.router, chat.router, models.router, health.router):
         app.include_router(router)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    # Starlette wraps in reverse order of adding: metrics outermost, admission innermost.
+    app.add_middleware(
+        AdmissionMiddleware,
+        max_concurrent=settings.max_concurrent_requests,
+        max_queued=settings.max_queued_requests,
+        queue_timeout_s=settings.queue_timeout_s,
+        metrics=metrics,
+    )
+    keys = settings.accepted_keys()
+    if keys:
+        app.add_middleware(ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics)
+    app.add_middleware(BodySizeMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["*"],
+        )
+    paths = frozenset(getattr(r, "path", "") for r in app.routes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics, paths=paths)
     return app

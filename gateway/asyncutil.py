@@ -47,3 +47,23 @@ async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def until_deadline(stream: AsyncIterator[T], deadline: float | None) -> AsyncIterator[T]:
+    """Iterate `stream` until the loop-time `deadline`, then raise TimeoutError.
+
+    The timeout wraps only the wait for the next item, so it can only ever cancel the producer
+    (whose cleanup cancels the engine request), never the consumer's own writes.
+    """
+    if deadline is None:
+        async for item in stream:
+            yield item
+        return
+    iterator = aiter(stream)
+    while True:
+        try:
+            async with asyncio.timeout_at(deadline):
+                item = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        yield item

@@ -108,7 +108,7 @@ def run_server(settings: Settings) -> None:
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level.lower(),
-        "timeout_graceful_shutdown": 30,
+        "timeout_graceful_shutdown": settings.shutdown_grace_s + 5,
     }
     if settings.workers > 1:
         # Worker processes each build the app from the same settings, sharing the port.

@@ -70,13 +70,51 @@ class Settings(BaseSettings):
     max_stop_strings: int = Field(default=16, ge=0, description="Most stop strings per request.")
     max_stop_string_length: int = Field(default=256, ge=1, description="Longest stop string, in characters.")
     sse_ping_s: float = Field(default=15.0, ge=0, description="SSE keep-alive comment interval (0: off).")
+    api_keys: list[str] = Field(
+        default_factory=list,
+        description="Accepted API keys (comma-separated in the environment); none configured: no auth.",
+    )
+    api_key_file: Path | None = Field(default=None, description="File with one accepted API key per line.")
+    protect_metrics: bool = Field(default=False, description="Require an API key for /metrics too.")
+    cors_origins: list[str] = Field(
+        default_factory=list, description="Allowed CORS origins (comma-separated); empty: CORS off."
+    )
+    max_body_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, description="Largest request body (413 above)."
+    )
+    max_concurrent_requests: int = Field(
+        default=2048, ge=1, description="Generation requests served at once per worker process."
+    )
+    max_queued_requests: int = Field(
+        default=1024, ge=0, description="Generation requests waiting for a slot; beyond that: 429."
+    )
+    queue_timeout_s: float = Field(default=30.0, gt=0, description="Longest wait for a slot before a 429.")
+    request_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Deadline per generation request (504 and Triton cancelled); none: no deadline.",
+    )
+    max_prompt_tokens: int | None = Field(default=None, ge=1, description="Largest prompt, in tokens.")
+    max_tokens_limit: int | None = Field(
+        default=None, ge=1, description="Largest max_tokens a request may ask."
+    )
+    shutdown_grace_s: float = Field(
+        default=30.0, ge=0, description="On SIGTERM, how long open streams may run before they are cancelled."
+    )
 
-    @field_validator("triton_url", mode="before")
+    @field_validator("triton_url", "api_keys", "cors_origins", mode="before")
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [u.strip() for u in value.split(",") if u.strip()]
         return value
+
+    def accepted_keys(self) -> list[str]:
+        keys = list(self.api_keys)
+        if self.api_key_file is not None:
+            lines = self.api_key_file.read_text(encoding="utf-8").splitlines()
+            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+        return keys
 
     @classmethod
     def load(cls, **overrides: Any) -> Settings:

@@ -19,6 +19,7 @@ class GatewayMetrics:
             "gateway_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
         )
         self.in_flight = Gauge("gateway_requests_in_flight", "Requests being served now.", registry=r)
+        self.queued = Gauge("gateway_requests_queued", "Generation requests waiting for a slot.", registry=r)
         self.ttft = Histogram(
             "gateway_time_to_first_token_seconds",
             "Time from request to the first generated text.",

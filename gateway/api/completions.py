@@ -4,7 +4,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from gateway.api.streaming import event_stream, until_disconnect
+from gateway.api.streaming import client_timeout, event_stream, until_disconnect
 from gateway.protocol.openai import Completion, CompletionRequest
 
 router = APIRouter()
@@ -13,7 +13,7 @@ router = APIRouter()
 @router.post("/v1/completions", response_model=Completion)
 async def create_completion(body: CompletionRequest, request: Request) -> Any:
     service = request.app.state.completions
-    prepared, echoes = service.prepare(body)
+    prepared, echoes = service.prepare(body, timeout_s=client_timeout(request))
     if body.stream:
         return event_stream(request, service.stream(prepared, echoes))
     return await until_disconnect(request, service.create(prepared, echoes))

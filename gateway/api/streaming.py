@@ -14,6 +14,24 @@ from gateway.errors import InvalidRequestError
 
 T = TypeVar("T")
 
+TIMEOUT_HEADER = "x-request-timeout"
+
+
+def client_timeout(request: Request) -> float | None:
+    """The client's own deadline in seconds (`X-Request-Timeout`), if it sent a usable one."""
+    raw = request.headers.get(TIMEOUT_HEADER)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidRequestError(
+            f"{TIMEOUT_HEADER} must be a number of seconds", param=TIMEOUT_HEADER
+        ) from None
+    if not value > 0:
+        raise InvalidRequestError(f"{TIMEOUT_HEADER} must be positive", param=TIMEOUT_HEADER)
+    return value
+
 
 def event_stream(request: Request, chunks: AsyncIterator[str]) -> EventSourceResponse:
     """sse-starlette frames each `data:` event; when the client goes away it cancels the task that
@@ -23,8 +41,15 @@ def event_stream(request: Request, chunks: AsyncIterator[str]) -> EventSourceRes
         async for data in chunks:
             yield {"data": data}
 
-    ping = request.app.state.settings.sse_ping_s
-    return EventSourceResponse(events(), sep="\n", ping=ping if ping > 0 else 0)
+    settings = request.app.state.settings
+    return EventSourceResponse(
+        events(),
+        sep="\n",
+        ping=settings.sse_ping_s,
+        # On SIGTERM open streams may finish for this long before they are cancelled
+        # (cancelling them cancels their Triton requests).
+        shutdown_grace_period=settings.shutdown_grace_s,
+    )
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

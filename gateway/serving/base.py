@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from gateway.asyncutil import until_deadline
 from gateway.engine import GenerationRequest, SamplingParams
-from gateway.errors import InvalidRequestError
+from gateway.errors import DeadlineExceededError, InvalidRequestError
 from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.serving.generate import (
     ChoiceEvent,
@@ -37,6 +39,8 @@ class PreparedRequest:
     response_id: str
     created: int = field(default_factory=lambda: int(time.time()))
     include_usage: bool = False
+    # Seconds the generation may take (None: no deadline).
+    timeout_s: float | None = None
 
     @property
     def choices(self) -> list[ChoiceState]:
@@ -95,8 +99,19 @@ async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> A
     timer = RequestTimer(metrics, prepared.runtime.name)
     engine = prepared.runtime.engine
     streams = [run_generation(engine, g.request, g.choices, g.totals) for g in prepared.generations]
-    async for event in merge(streams):
-        if event.text:
-            timer.first_text()
-        yield event
+    deadline = None
+    if prepared.timeout_s is not None:
+        deadline = asyncio.get_running_loop().time() + prepared.timeout_s
+    merged = merge(streams)
+    try:
+        async for event in until_deadline(merged, deadline):
+            if event.text:
+                timer.first_text()
+            yield event
+    except TimeoutError:
+        raise DeadlineExceededError(
+            f"The request did not finish within its deadline of {prepared.timeout_s:g} s."
+        ) from None
+    finally:
+        await merged.aclose()  # type: ignore[attr-defined]
     timer.done(prepared.prompt_tokens, prepared.completion_tokens)

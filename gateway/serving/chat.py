@@ -33,7 +33,7 @@ class ChatService:
         self._limits = limits
         self._metrics = metrics
 
-    def prepare(self, body: ChatCompletionRequest) -> PreparedRequest:
+    def prepare(self, body: ChatCompletionRequest, *, timeout_s: float | None = None) -> PreparedRequest:
         runtime = self._registry.get(body.model)
         p.log_unknown_fields(body.model_extra)
         p.reject_unsupported(body)
@@ -46,7 +46,9 @@ class ChatService:
         ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        max_tokens = p.resolve_max_tokens(requested, len(ids), runtime.max_model_len, param=param)
+        max_tokens = p.resolve_max_tokens(
+            requested, len(ids), runtime.max_model_len, param=param, limits=self._limits
+        )
         response_id = new_id("chatcmpl")
         generation = build_generation(
             runtime,
@@ -59,7 +61,13 @@ class ChatService:
             first_index=0,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return PreparedRequest(runtime, [generation], response_id, include_usage=include_usage)
+        return PreparedRequest(
+            runtime,
+            [generation],
+            response_id,
+            include_usage=include_usage,
+            timeout_s=p.request_deadline(self._limits, timeout_s),
+        )
 
     async def create(self, prepared: PreparedRequest) -> ChatCompletion:
         texts = {c.index: "" for c in prepared.choices}

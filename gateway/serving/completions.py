@@ -25,7 +25,9 @@ class CompletionService:
         self._limits = limits
         self._metrics = metrics
 
-    def prepare(self, body: CompletionRequest) -> tuple[PreparedRequest, list[str]]:
+    def prepare(
+        self, body: CompletionRequest, *, timeout_s: float | None = None
+    ) -> tuple[PreparedRequest, list[str]]:
         """Everything that can fail before generation starts, so it fails with a proper status."""
         runtime = self._registry.get(body.model)
         p.log_unknown_fields(body.model_extra)
@@ -38,7 +40,7 @@ class CompletionService:
         echoes = []
         for i, (text, ids) in enumerate(prompts):
             max_tokens = p.resolve_max_tokens(
-                body.max_tokens, len(ids), runtime.max_model_len, param="max_tokens"
+                body.max_tokens, len(ids), runtime.max_model_len, param="max_tokens", limits=self._limits
             )
             generations.append(
                 build_generation(
@@ -54,7 +56,13 @@ class CompletionService:
             )
             echoes.append(text if body.echo else "")
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return PreparedRequest(runtime, generations, response_id, include_usage=include_usage), echoes
+        return PreparedRequest(
+            runtime,
+            generations,
+            response_id,
+            include_usage=include_usage,
+            timeout_s=p.request_deadline(self._limits, timeout_s),
+        ), echoes
 
     async def create(self, prepared: PreparedRequest, echoes: list[str]) -> Completion:
         n = len(prepared.generations[0].choices)

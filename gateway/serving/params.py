@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,9 @@ class RequestLimits:
     max_n: int
     max_stop_strings: int
     max_stop_string_length: int
+    max_prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    request_timeout_s: float | None = None
 
 
 def log_unknown_fields(extra: dict[str, Any] | None) -> None:
@@ -84,26 +86,43 @@ def choose_n(n: int | None, limits: RequestLimits) -> int:
 
 
 def resolve_max_tokens(
-    requested: int | None, prompt_tokens: int, max_model_len: int | None, *, param: str
+    requested: int | None,
+    prompt_tokens: int,
+    max_model_len: int | None,
+    *,
+    param: str,
+    limits: RequestLimits,
 ) -> int:
-    """The request's token budget. With none given, what is left of the context: never a silent 16."""
+    """The request's token budget. With none given, what is left of the context (capped by the
+    server's limit): never a silent 16."""
+    prompt_param = "messages" if param == "max_completion_tokens" else "prompt"
+    if limits.max_prompt_tokens is not None and prompt_tokens > limits.max_prompt_tokens:
+        raise InvalidRequestError(
+            f"the prompt has {prompt_tokens} tokens; this server accepts at most {limits.max_prompt_tokens}",
+            param=prompt_param,
+        )
+    if requested is not None and limits.max_tokens is not None and requested > limits.max_tokens:
+        raise InvalidRequestError(f"{param} must be at most {limits.max_tokens}", param=param)
     if max_model_len is None:
-        if requested is None:
-            raise InvalidRequestError(
-                "this model's context length is unknown; set max_tokens or configure max_model_len",
-                param=param,
-            )
-        return requested
+        if requested is not None:
+            return requested
+        if limits.max_tokens is not None:
+            return limits.max_tokens
+        raise InvalidRequestError(
+            "this model's context length is unknown; set max_tokens or configure max_model_len", param=param
+        )
     room = max_model_len - prompt_tokens
     if room <= 0 or (requested is not None and requested > room):
         asked = requested if requested is not None else 1
         raise ContextLengthExceededError(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the messages, {asked} in the completion). "
-            "Please reduce the length of the messages or completion.",
-            param="messages" if param == "max_completion_tokens" else "prompt",
+            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the prompt, {asked} in the completion). "
+            "Please reduce the length of the prompt or completion.",
+            param=prompt_param,
         )
-    return room if requested is None else requested
+    if requested is not None:
+        return requested
+    return room if limits.max_tokens is None else min(room, limits.max_tokens)
 
 
 def sampling_params(
@@ -133,8 +152,7 @@ def sampling_params(
     )
 
 
-def first_positive(values: Iterable[int | None]) -> int | None:
-    for v in values:
-        if v is not None:
-            return v
-    return None
+def request_deadline(limits: RequestLimits, header_s: float | None) -> float | None:
+    """Seconds this request may run: the tighter of the server's and the client's deadline."""
+    options = [t for t in (limits.request_timeout_s, header_s) if t is not None and t > 0]
+    return min(options) if options else None

@@ -1,0 +1,164 @@
+"""ASGI middleware in front of the routers: API keys, body size, admission control, metrics.
+
+Pure ASGI (not BaseHTTPMiddleware) so streamed responses pass through untouched and the
+per-request cost stays a few function calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import math
+
+import orjson
+from fastapi import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import AuthenticationError, GatewayError, OverloadedError, PayloadTooLargeError
+from gateway.metrics import GatewayMetrics
+
+
+async def send_error(send: Send, error: GatewayError) -> None:
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": orjson.dumps(error.to_body())})
+
+
+class ApiKeyMiddleware:
+    """Bearer keys on /v1 (and /metrics when asked); health stays open for probes."""
+
+    def __init__(self, app: ASGIApp, keys: list[str], *, protect_metrics: bool) -> None:
+        self.app = app
+        self._keys = [k.encode() for k in keys]
+        self._protect_metrics = protect_metrics
+
+    def _protected(self, path: str) -> bool:
+        return path.startswith("/v1") or (self._protect_metrics and path == "/metrics")
+
+    def _valid(self, header: bytes | None) -> bool:
+        if not header or not header.lower().startswith(b"bearer "):
+            return False
+        given = header[7:].strip()
+        # Compare against every key, always, so timing reveals neither which key nor how much matched.
+        ok = False
+        for key in self._keys:
+            ok |= hmac.compare_digest(given, key)
+        return ok
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._protected(scope["path"]):
+            header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+            if not self._valid(header):
+                message = (
+                    "You didn't provide an API key. Provide it in the Authorization header (Bearer YOUR_KEY)."
+                    if header is None
+                    else "Incorrect API key provided."
+                )
+                await send_error(send, AuthenticationError(message))
+                return
+        await self.app(scope, receive, send)
+
+
+class BodySizeMiddleware:
+    """413 for bodies over the limit, by Content-Length or by counting a chunked body."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_bytes
+        too_large = PayloadTooLargeError(f"Request body is larger than the limit of {limit} bytes.")
+        length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if length is not None and length.isdigit() and int(length) > limit:
+            await send_error(send, too_large)
+            return
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # FastAPI re-raises HTTPException from body reading (others become a 400),
+                    # and the app's handler turns it into the OpenAI-shaped 413.
+                    raise HTTPException(413, too_large.message)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except HTTPException as exc:
+            # Raised outside a route's body parsing (nothing caught it): answer here.
+            if exc.status_code != 413 or started:
+                raise
+            await send_error(send, too_large)
+
+
+class AdmissionMiddleware:
+    """Bounds concurrent generation requests per process and the queue in front of them.
+
+    A request waits for a slot while fewer than `max_queued` wait; beyond that, or after
+    `queue_timeout_s`, it gets a 429 with Retry-After. The slot is held until the response
+    (the whole stream) is done, so memory stays bounded however fast clients arrive.
+    """
+
+    PATHS = ("/v1/completions", "/v1/chat/completions")
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_concurrent: int,
+        max_queued: int,
+        queue_timeout_s: float,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.app = app
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._max_queued = max_queued
+        self._queued = 0
+        self._timeout = queue_timeout_s
+        self._metrics = metrics
+
+    def _overloaded(self) -> OverloadedError:
+        retry = max(1, math.ceil(min(self._timeout, 5.0)))
+        return OverloadedError(
+            "The server is overloaded; retry after a short wait.", headers={"Retry-After": str(retry)}
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self._slots.locked():
+            if self._queued >= self._max_queued:
+                await send_error(send, self._overloaded())
+                return
+            self._queued += 1
+            self._metrics.queued.inc()
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            except TimeoutError:
+                await send_error(send, self._overloaded())
+                return
+            finally:
+                self._queued -= 1
+                self._metrics.queued.dec()
+        else:
+            await self._slots.acquire()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._slots.release()
