@@ -7,8 +7,11 @@ import json
 
 import pytest
 
+from prometheus_client import generate_latest
+
 from tests.api.conftest import MakeClient
 from tests.api.test_errors_api import assert_error
+from tests.support.waiting import wait_until
 
 USER = [{"role": "user", "content": "hi"}]
 V1_ROUTES = [
@@ -63,13 +66,12 @@ async def test_overload_is_429_with_retry_after(make_client: MakeClient) -> None
     client, engine = await make_client(
         settings={"max_concurrent_requests": 1, "max_queued_requests": 1, "queue_timeout_s": 5}, gate=gate
     )
+    metrics = client._transport.app.state.metrics  # type: ignore[attr-defined]
     body = {"model": "tiny", "messages": USER, "max_tokens": 3}
     first = asyncio.create_task(client.post("/v1/chat/completions", json=body))
-    while not engine.active:
-        await asyncio.sleep(0.001)
+    await wait_until(lambda: bool(engine.active))
     queued = asyncio.create_task(client.post("/v1/chat/completions", json=body))
-    for _ in range(1000):
-        await asyncio.sleep(0)
+    await wait_until(lambda: "gateway_requests_queued 1.0" in generate_latest(metrics.registry).decode())
     r = await client.post("/v1/chat/completions", json=body)
     error = assert_error(r, 429, code="overloaded")
     assert error["type"] == "rate_limit_error"
@@ -86,8 +88,7 @@ async def test_a_queued_request_times_out_with_429(make_client: MakeClient) -> N
     )
     body = {"model": "tiny", "messages": USER, "max_tokens": 3}
     first = asyncio.create_task(client.post("/v1/chat/completions", json=body))
-    while not engine.active:
-        await asyncio.sleep(0.001)
+    await wait_until(lambda: bool(engine.active))
     assert_error(await client.post("/v1/chat/completions", json=body), 429)
     gate.set()
     assert (await first).status_code == 200
