@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import pytest
-
 from prometheus_client import generate_latest
 
 from tests.api.conftest import MakeClient

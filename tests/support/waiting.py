@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 async def wait_until(condition: Callable[[], bool], *, timeout: float = 5.0, interval: float = 0.001) -> None:
     deadline = time.monotonic() + timeout
-    while not condition():  # noqa: ASYNC110 - the state polled here has no event to await
+    while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await asyncio.sleep(interval)
