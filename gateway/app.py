@@ -88,18 +88,29 @@ async def _introspect_until_ready(engines: Sequence[Engine]) -> None:
             delay = min(delay * 2, 10.0)
 
 
-def triton_engine_factory(settings: Settings) -> EngineFactory:
-    from gateway.triton.engine import TritonConnection, TritonEngine
+class TritonEngines:
+    """Engines for every served model over one shared pool of Triton endpoints."""
 
-    def factory(model: ServedModel) -> Engine:
-        connection = TritonConnection(settings.triton_url[0], timeout_s=settings.triton_connect_timeout_s)
-        return TritonEngine(connection, model.triton_model)
+    def __init__(self, settings: Settings) -> None:
+        from gateway.triton.pool import TritonPool
 
-    return factory
+        self.pool = TritonPool(settings.triton_url, timeout_s=settings.triton_connect_timeout_s)
+
+    def __call__(self, model: ServedModel) -> Engine:
+        from gateway.triton.engine import TritonEngine
+
+        return TritonEngine(self.pool, model.triton_model)
+
+    def start(self) -> None:
+        self.pool.start()
+
+    async def close(self) -> None:
+        await self.pool.close()
 
 
 def create_app(settings: Settings, *, engine_factory: EngineFactory | None = None) -> FastAPI:
-    factory = engine_factory or triton_engine_factory(settings)
+    triton = TritonEngines(settings) if engine_factory is None else None
+    factory: EngineFactory = engine_factory or triton  # type: ignore[assignment]
     metrics = GatewayMetrics()
 
     @contextlib.asynccontextmanager
@@ -121,6 +132,8 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         app.state.readiness = Readiness(registry, settings.readiness_cache_s)
         app.state.completions = CompletionService(registry, limits, metrics)
         app.state.chat = ChatService(registry, limits, metrics)
+        if triton is not None:
+            triton.start()
         introspection = asyncio.create_task(_introspect_until_ready([r.engine for r in runtimes]))
         try:
             yield
@@ -130,6 +143,8 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
                 await introspection
             for runtime in runtimes:
                 await runtime.engine.close()
+            if triton is not None:
+                await triton.close()
 
     app = FastAPI(
         title="TensorRT-LLM OpenAI gateway",

@@ -12,51 +12,24 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-import tritonclient.grpc.aio as grpc_aio
 from tritonclient.utils import InferenceServerException
 
 from gateway.asyncutil import merge
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
-from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, GatewayError
+from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
-from gateway.triton.tensors import ensemble_inputs, parse_response, requested_outputs
+from gateway.triton.connection import is_connection_failure, rpc_error
+from gateway.triton.pool import Endpoint, TritonPool
+from gateway.triton.tensors import ParsedResponse, ensemble_inputs, parse_response, requested_outputs
 
 logger = logging.getLogger(__name__)
 
 _FINAL_PARAMS = {"triton_enable_empty_final_response": True}
 
 
-class TritonConnection:
-    """One Triton gRPC endpoint. The channel reconnects by itself after Triton restarts."""
-
-    def __init__(self, url: str, *, timeout_s: float) -> None:
-        self.url = url
-        self.timeout_s = timeout_s
-        self.client = grpc_aio.InferenceServerClient(url)
-
-    async def close(self) -> None:
-        await self.client.close()
-
-
-def rpc_error(exc: BaseException, model: str) -> GatewayError:
-    """Map a gRPC or Triton failure to the gateway's errors (the one mapping lives in errors.py)."""
-    if isinstance(exc, grpc.aio.AioRpcError):
-        code = exc.code()
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-            return EngineUnavailableError(f"Triton is unavailable ({code.name.lower()})")
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return DeadlineExceededError("the request timed out in Triton")
-        return EngineError(f"Triton failed the request: {exc.details()}")
-    message = exc.message() if isinstance(exc, InferenceServerException) else str(exc)
-    lowered = (message or "").lower()
-    if "unknown model" in lowered or "not ready" in lowered or "unavailable" in lowered:
-        return EngineUnavailableError(f"model {model!r} is not available in Triton: {message}")
-    return EngineError(f"Triton failed the request: {message}")
-
-
 class TritonEngine:
-    def __init__(self, connection: TritonConnection, model: str) -> None:
-        self._conn = connection
+    def __init__(self, pool: TritonPool, model: str) -> None:
+        self._pool = pool
         self._model = model
         self._contract: c.EnsembleContract | None = None
         self._lock = asyncio.Lock()
@@ -87,53 +60,69 @@ class TritonEngine:
         async with self._lock:
             if self._contract is not None:
                 return self._contract
-            client, timeout = self._conn.client, self._conn.timeout_s
-            try:
-                response = await client.get_model_config(self._model, client_timeout=timeout)
-                config = response.config
-                decoupled = bool(config.model_transaction_policy.decoupled)
-                for step in config.ensemble_scheduling.step:
-                    sub = await client.get_model_config(step.model_name, client_timeout=timeout)
-                    decoupled = decoupled or bool(sub.config.model_transaction_policy.decoupled)
-            except (InferenceServerException, grpc.aio.AioRpcError) as exc:
-                raise rpc_error(exc, self._model) from None
-            contract = c.read_contract(config)
-            if decoupled != contract.decoupled:
-                contract = c.EnsembleContract(
-                    model=contract.model,
-                    decoupled=decoupled,
-                    inputs=contract.inputs,
-                    outputs=contract.outputs,
-                    seed_input=contract.seed_input,
-                    min_tokens_input=contract.min_tokens_input,
+            tried: list[Endpoint] = []
+            last: GatewayError = EngineUnavailableError("no Triton endpoint is available")
+            for _ in self._pool.endpoints:
+                endpoint = self._pool.pick(tried)
+                tried.append(endpoint)
+                try:
+                    contract = await self._read_contract(endpoint)
+                except (InferenceServerException, grpc.aio.AioRpcError) as exc:
+                    last = rpc_error(exc, self._model)
+                    continue
+                self._contract = contract
+                logger.info(
+                    "model %s: %s contract, decoupled=%s, output_ids=%s, native n=%s",
+                    self._model,
+                    contract.variant,
+                    contract.decoupled,
+                    contract.exposes_token_ids,
+                    contract.native_num_sequences,
                 )
-            self._contract = contract
-            logger.info(
-                "model %s: %s contract, decoupled=%s, output_ids=%s, native n=%s",
-                self._model,
-                contract.variant,
-                contract.decoupled,
-                contract.exposes_token_ids,
-                contract.native_num_sequences,
-            )
+                return contract
+            raise last
+
+    async def _read_contract(self, endpoint: Endpoint) -> c.EnsembleContract:
+        client, timeout = endpoint.connection.client, endpoint.connection.timeout_s
+        response = await client.get_model_config(self._model, client_timeout=timeout)
+        config = response.config
+        # Ensembles rarely declare decoupled themselves: they are when a composing model is.
+        decoupled = bool(config.model_transaction_policy.decoupled)
+        for step in config.ensemble_scheduling.step:
+            sub = await client.get_model_config(step.model_name, client_timeout=timeout)
+            decoupled = decoupled or bool(sub.config.model_transaction_policy.decoupled)
+        contract = c.read_contract(config)
+        if decoupled == contract.decoupled:
             return contract
+        return c.EnsembleContract(
+            model=contract.model,
+            decoupled=decoupled,
+            inputs=contract.inputs,
+            outputs=contract.outputs,
+            seed_input=contract.seed_input,
+            min_tokens_input=contract.min_tokens_input,
+        )
 
     async def is_ready(self) -> bool:
-        try:
-            ready = bool(
-                await self._conn.client.is_model_ready(self._model, client_timeout=self._conn.timeout_s)
-            )
-        except (InferenceServerException, grpc.aio.AioRpcError):
-            return False
-        if ready and self._contract is None:
+        """Ready when any endpoint serves the model."""
+        for endpoint in self._pool.endpoints:
+            conn = endpoint.connection
             try:
-                await self.introspect()
-            except GatewayError:
-                return False
-        return ready
+                ready = bool(await conn.client.is_model_ready(self._model, client_timeout=conn.timeout_s))
+            except (InferenceServerException, grpc.aio.AioRpcError):
+                ready = False
+            if ready:
+                if self._contract is None:
+                    try:
+                        await self.introspect()
+                    except GatewayError:
+                        return False
+                return True
+        return False
 
     async def close(self) -> None:
-        await self._conn.close()
+        # The pool is shared by every model and closed by its owner.
+        return None
 
     # ------------------------------------------------------------------ generation
 
@@ -187,15 +176,21 @@ class TritonEngine:
             # not needed and some proxies treat it as the end of the call.
             await written.wait()
 
-        call = self._conn.client.stream_infer(requests())
-        finished = False
         strip = 0 if (streaming or c.EXCLUDE_INPUT_IN_OUTPUT in contract.inputs) else len(request.prompt_ids)
-        try:
-            async for result, error in call:
-                if error is not None:
-                    raise rpc_error(error, self._model)
-                parsed = parse_response(result.get_response())
-                if not parsed.empty:
+        tried: list[Endpoint] = []
+        while True:
+            endpoint = self._pool.pick(tried)
+            tried.append(endpoint)
+            first = True
+            written.clear()
+            endpoint.outstanding += 1
+            try:
+                async for parsed in self._call(endpoint, requests(), written, single=not streaming):
+                    if first:
+                        self._pool.succeeded(endpoint)
+                        first = False
+                    if parsed.empty:
+                        continue
                     ids = parsed.token_ids
                     if ids is not None and strip:
                         ids = ids[strip:]
@@ -213,14 +208,52 @@ class TritonEngine:
                         num_tokens=count,
                         num_input_tokens=parsed.num_input_tokens,
                     )
-                if parsed.final or not streaming:
-                    finished = True
+                return
+            except _Failover as failure:
+                # Nothing reached the client yet: another endpoint can serve the request.
+                self._pool.failed(endpoint, failure.reason)
+                if len(tried) >= len(self._pool.endpoints):
+                    raise failure.error from None
+            finally:
+                endpoint.outstanding -= 1
+
+    async def _call(
+        self,
+        endpoint: Endpoint,
+        requests: AsyncIterator[dict[str, Any]],
+        written: asyncio.Event,
+        *,
+        single: bool,
+    ) -> AsyncIterator[ParsedResponse]:
+        """One gRPC stream: parsed responses until the final one. Closing it early cancels the call."""
+        call = endpoint.connection.client.stream_infer(requests)
+        finished = False
+        started = False
+        try:
+            async for result, error in call:
+                if error is not None:
+                    raise rpc_error(error, self._model)
+                parsed = parse_response(result.get_response())
+                started = True
+                yield parsed
+                if parsed.final or single:
                     break
             finished = True
         except grpc.aio.AioRpcError as exc:
             finished = True
+            if not started and is_connection_failure(exc):
+                raise _Failover(exc.details() or exc.code().name, rpc_error(exc, self._model)) from None
+            if started and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                self._pool.failed(endpoint, "lost mid-stream")
             raise rpc_error(exc, self._model) from None
         finally:
             written.set()
             if not finished:
                 call.cancel()
+
+
+class _Failover(Exception):
+    def __init__(self, reason: str, error: GatewayError) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error

@@ -1,0 +1,117 @@
+"""Several Triton endpoints serving the same models: health, least-outstanding routing, backoff.
+
+A request goes to the healthy endpoint with the fewest requests in flight. An endpoint that
+fails is skipped for a backoff period that doubles with each consecutive failure; a background
+probe (and any later success) brings it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+import grpc
+from tritonclient.utils import InferenceServerException
+
+from gateway.errors import EngineUnavailableError
+from gateway.triton.connection import TritonConnection
+
+logger = logging.getLogger(__name__)
+
+
+class Endpoint:
+    __slots__ = ("connection", "failures", "outstanding", "retry_at")
+
+    def __init__(self, connection: TritonConnection) -> None:
+        self.connection = connection
+        self.outstanding = 0
+        self.failures = 0
+        self.retry_at = 0.0
+
+    @property
+    def url(self) -> str:
+        return self.connection.url
+
+    def available(self, now: float) -> bool:
+        return self.failures == 0 or now >= self.retry_at
+
+
+class TritonPool:
+    def __init__(
+        self,
+        urls: Iterable[str],
+        *,
+        timeout_s: float,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 30.0,
+        probe_interval_s: float = 2.0,
+    ) -> None:
+        self.endpoints = [Endpoint(TritonConnection(u, timeout_s=timeout_s)) for u in urls]
+        if not self.endpoints:
+            raise ValueError("at least one Triton URL is needed")
+        self._backoff = backoff_s
+        self._max_backoff = max_backoff_s
+        self._probe_interval = probe_interval_s
+        self._probe: asyncio.Task[None] | None = None
+
+    def pick(self, exclude: Iterable[Endpoint] = ()) -> Endpoint:
+        """The least-loaded available endpoint not yet tried; if all are backing off, the one
+        that comes back first (a request is better tried than refused outright)."""
+        skip = set(map(id, exclude))
+        candidates = [e for e in self.endpoints if id(e) not in skip]
+        if not candidates:
+            raise EngineUnavailableError("no Triton endpoint is available")
+        now = time.monotonic()
+        ready = [e for e in candidates if e.available(now)]
+        if ready:
+            return min(ready, key=lambda e: e.outstanding)
+        return min(candidates, key=lambda e: e.retry_at)
+
+    def failed(self, endpoint: Endpoint, reason: str) -> None:
+        endpoint.failures += 1
+        delay = min(self._backoff * 2 ** (endpoint.failures - 1), self._max_backoff)
+        endpoint.retry_at = time.monotonic() + delay
+        logger.warning("Triton %s failed (%s); backing off %.1f s", endpoint.url, reason, delay)
+
+    def succeeded(self, endpoint: Endpoint) -> None:
+        if endpoint.failures:
+            logger.info("Triton %s is back", endpoint.url)
+        endpoint.failures = 0
+        endpoint.retry_at = 0.0
+
+    def healthy_count(self) -> int:
+        now = time.monotonic()
+        return sum(1 for e in self.endpoints if e.available(now))
+
+    async def _probe_once(self) -> None:
+        for endpoint in self.endpoints:
+            if endpoint.failures == 0:
+                continue
+            try:
+                ok = await endpoint.connection.client.is_server_ready(
+                    client_timeout=endpoint.connection.timeout_s
+                )
+            except (InferenceServerException, grpc.aio.AioRpcError):
+                ok = False
+            if ok:
+                self.succeeded(endpoint)
+
+    async def _probe_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._probe_interval)
+            await self._probe_once()
+
+    def start(self) -> None:
+        if self._probe is None and len(self.endpoints) > 1:
+            self._probe = asyncio.create_task(self._probe_loop())
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe
+        for endpoint in self.endpoints:
+            await endpoint.connection.close()

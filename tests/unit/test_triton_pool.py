@@ -1,0 +1,45 @@
+"""Routing over several Triton endpoints: least outstanding, backoff, recovery."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import EngineUnavailableError
+from gateway.triton.pool import TritonPool
+
+
+@pytest.fixture
+async def pool():
+    p = TritonPool(["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"], timeout_s=0.1, backoff_s=10)
+    yield p
+    await p.close()
+
+
+async def test_the_least_loaded_endpoint_is_picked(pool: TritonPool) -> None:
+    a, b, c = pool.endpoints
+    a.outstanding, b.outstanding, c.outstanding = 3, 1, 2
+    assert pool.pick() is b
+    assert pool.pick(exclude=[b]) is c
+
+
+async def test_a_failed_endpoint_is_skipped_until_its_backoff_ends(pool: TritonPool) -> None:
+    a, b, _ = pool.endpoints
+    pool.failed(a, "test")
+    assert all(pool.pick() is not a for _ in range(5))
+    assert pool.healthy_count() == 2
+    pool.failed(a, "again")
+    assert a.retry_at - b.retry_at > 15  # the backoff doubled
+    pool.succeeded(a)
+    assert a.failures == 0 and pool.healthy_count() == 3
+
+
+async def test_when_all_are_backing_off_the_first_to_return_is_tried(pool: TritonPool) -> None:
+    for e in pool.endpoints:
+        pool.failed(e, "down")
+    pool.endpoints[1].retry_at -= 5
+    assert pool.pick() is pool.endpoints[1]
+
+
+async def test_running_out_of_endpoints_is_unavailable(pool: TritonPool) -> None:
+    with pytest.raises(EngineUnavailableError):
+        pool.pick(exclude=pool.endpoints)
