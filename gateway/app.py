@@ -99,7 +99,9 @@ class TritonEngines:
     def __call__(self, model: ServedModel) -> Engine:
         from gateway.triton.engine import TritonEngine
 
-        return TritonEngine(self.pool, model.triton_model)
+        if model.route == "engine":
+            return TritonEngine(self.pool, model.engine_model, route="engine")
+        return TritonEngine(self.pool, model.triton_model, route="ensemble")
 
     def start(self) -> None:
         self.pool.start()

@@ -1,18 +1,25 @@
-"""The TensorRT-LLM ensemble's tensor contract, read from the model's own config at start-up.
+"""The TensorRT-LLM tensor contract, read from the model's own config at start-up.
 
-Names drift between TensorRT-LLM versions (`random_seed` -> `seed`, `min_length` -> `min_tokens`,
-newer optional tensors); the gateway sends only what the model declares, never a guess.
+Two routes speak it: the `ensemble` (text in, preprocessing tokenizes) and the `engine` (the
+`tensorrt_llm` model itself; the gateway sends token ids). Their inputs mean the same things
+under different names, and names drift between versions (`random_seed` -> `seed`,
+`min_length` -> `min_tokens`, newer optional tensors): requests are written with logical names
+and sent under whatever the model declares, never a guess.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
-# Ensemble inputs.
-TEXT_INPUT = "text_input"
+Route = Literal["ensemble", "engine"]
+
+# Logical input names (the ensemble's names where it has them).
+PROMPT = "prompt"
+PROMPT_LENGTH = "prompt_length"
 MAX_TOKENS = "max_tokens"
 STREAM = "stream"
 END_ID = "end_id"
@@ -25,23 +32,66 @@ LENGTH_PENALTY = "length_penalty"
 REPETITION_PENALTY = "repetition_penalty"
 PRESENCE_PENALTY = "presence_penalty"
 FREQUENCY_PENALTY = "frequency_penalty"
-MIN_TOKENS_NAMES = ("min_tokens", "min_length")
-SEED_NAMES = ("seed", "random_seed")
+MIN_TOKENS = "min_tokens"
+SEED = "seed"
 BEAM_WIDTH = "beam_width"
 NUM_RETURN_SEQUENCES = "num_return_sequences"
 EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
 RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
 RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
 
-# Ensemble outputs.
+# Physical names per route; a tuple lists the names of one input across versions, newest first.
+_ENSEMBLE: dict[str, tuple[str, ...]] = {
+    PROMPT: ("text_input",),
+    MAX_TOKENS: ("max_tokens",),
+    STREAM: ("stream",),
+    STOP_WORDS: ("stop_words",),
+    TOP_K: ("top_k",),
+    TOP_P: ("top_p",),
+    LENGTH_PENALTY: ("length_penalty",),
+}
+_ENGINE: dict[str, tuple[str, ...]] = {
+    PROMPT: ("input_ids",),
+    PROMPT_LENGTH: ("input_lengths",),
+    MAX_TOKENS: ("request_output_len",),
+    STREAM: ("streaming",),
+    STOP_WORDS: ("stop_words_list",),
+    TOP_K: ("runtime_top_k",),
+    TOP_P: ("runtime_top_p",),
+    LENGTH_PENALTY: ("len_penalty",),
+}
+_SHARED: dict[str, tuple[str, ...]] = {
+    END_ID: ("end_id",),
+    PAD_ID: ("pad_id",),
+    TEMPERATURE: ("temperature",),
+    REPETITION_PENALTY: ("repetition_penalty",),
+    PRESENCE_PENALTY: ("presence_penalty",),
+    FREQUENCY_PENALTY: ("frequency_penalty",),
+    MIN_TOKENS: ("min_tokens", "min_length"),
+    SEED: ("seed", "random_seed"),
+    BEAM_WIDTH: ("beam_width",),
+    NUM_RETURN_SEQUENCES: ("num_return_sequences",),
+    EXCLUDE_INPUT_IN_OUTPUT: ("exclude_input_in_output",),
+    RETURN_NUM_INPUT_TOKENS: ("return_num_input_tokens",),
+    RETURN_NUM_OUTPUT_TOKENS: ("return_num_output_tokens",),
+}
+ROUTE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
+    "ensemble": {**_SHARED, **_ENSEMBLE},
+    "engine": {**_SHARED, **_ENGINE},
+}
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "ensemble": (PROMPT, MAX_TOKENS),
+    "engine": (PROMPT, PROMPT_LENGTH, MAX_TOKENS),
+}
+LEGACY_NAMES = frozenset({"random_seed", "min_length"})
+
+# Outputs (the same names on both routes; only the ensemble has text_output).
 TEXT_OUTPUT = "text_output"
 OUTPUT_IDS = "output_ids"
 SEQUENCE_LENGTH = "sequence_length"
 SEQUENCE_INDEX = "sequence_index"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
-
-REQUIRED_INPUTS = (TEXT_INPUT, MAX_TOKENS)
 
 _NP_DTYPES: dict[int, type[np.generic]] = {
     mc.TYPE_BOOL: np.bool_,
@@ -62,13 +112,14 @@ class TensorSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class EnsembleContract:
+class Contract:
     model: str
+    route: Route
     decoupled: bool
+    # Logical input name -> the model's tensor, for the inputs this model declares.
     inputs: dict[str, TensorSpec]
     outputs: frozenset[str]
-    seed_input: str | None
-    min_tokens_input: str | None
+    declared_inputs: frozenset[str]
 
     @property
     def exposes_token_ids(self) -> bool:
@@ -84,37 +135,47 @@ class EnsembleContract:
 
     @property
     def variant(self) -> str:
-        if self.seed_input == "random_seed" or self.min_tokens_input == "min_length":
-            return "legacy"
-        return "current"
+        return "legacy" if self.declared_inputs & LEGACY_NAMES else "current"
+
+    def with_decoupled(self, decoupled: bool) -> Contract:
+        return Contract(self.model, self.route, decoupled, self.inputs, self.outputs, self.declared_inputs)
 
 
 class ContractError(ValueError):
-    """The model does not look like a TensorRT-LLM ensemble the gateway can drive."""
+    """The model does not look like a TensorRT-LLM model the gateway can drive on this route."""
 
 
 def _dtype_name(code: int) -> str:
     return str(mc.DataType.Name(code)).removeprefix("TYPE_").replace("STRING", "BYTES")
 
 
-def read_contract(config: mc.ModelConfig) -> EnsembleContract:
-    inputs = {
+def read_contract(config: mc.ModelConfig, route: Route = "ensemble") -> Contract:
+    declared = {
         i.name: TensorSpec(i.name, _dtype_name(i.data_type), _NP_DTYPES.get(i.data_type, np.object_))
         for i in config.input
     }
-    outputs = frozenset(o.name for o in config.output)
-    missing = [name for name in REQUIRED_INPUTS if name not in inputs]
+    inputs: dict[str, TensorSpec] = {}
+    for logical, names in ROUTE_NAMES[route].items():
+        found = next((n for n in names if n in declared), None)
+        if found is not None:
+            inputs[logical] = declared[found]
+    missing = [ROUTE_NAMES[route][k][0] for k in REQUIRED[route] if k not in inputs]
     if missing:
         raise ContractError(
-            f"model {config.name!r} has no input(s) {', '.join(missing)}: not a TensorRT-LLM ensemble"
+            f"model {config.name!r} has no input(s) {', '.join(missing)}: "
+            f"not a TensorRT-LLM {'ensemble' if route == 'ensemble' else 'engine'}"
         )
+    outputs = frozenset(o.name for o in config.output)
+    needed = OUTPUT_IDS if route == "engine" else None
+    if needed and needed not in outputs:
+        raise ContractError(f"model {config.name!r} has no {needed} output")
     if TEXT_OUTPUT not in outputs and OUTPUT_IDS not in outputs:
         raise ContractError(f"model {config.name!r} has neither {TEXT_OUTPUT} nor {OUTPUT_IDS} as output")
-    return EnsembleContract(
+    return Contract(
         model=config.name,
+        route=route,
         decoupled=bool(config.model_transaction_policy.decoupled),
         inputs=inputs,
         outputs=outputs,
-        seed_input=next((n for n in SEED_NAMES if n in inputs), None),
-        min_tokens_input=next((n for n in MIN_TOKENS_NAMES if n in inputs), None),
+        declared_inputs=frozenset(declared),
     )

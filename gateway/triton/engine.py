@@ -20,7 +20,7 @@ from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
 from gateway.triton.connection import is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
-from gateway.triton.tensors import ParsedResponse, ensemble_inputs, parse_response, requested_outputs
+from gateway.triton.tensors import ParsedResponse, parse_response, request_inputs, requested_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -28,16 +28,17 @@ _FINAL_PARAMS = {"triton_enable_empty_final_response": True}
 
 
 class TritonEngine:
-    def __init__(self, pool: TritonPool, model: str) -> None:
+    def __init__(self, pool: TritonPool, model: str, route: c.Route = "ensemble") -> None:
         self._pool = pool
         self._model = model
-        self._contract: c.EnsembleContract | None = None
+        self._route = route
+        self._contract: c.Contract | None = None
         self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ introspection
 
     @property
-    def contract(self) -> c.EnsembleContract:
+    def contract(self) -> c.Contract:
         if self._contract is None:
             raise EngineUnavailableError(f"Triton model {self._model!r} is not available yet")
         return self._contract
@@ -51,11 +52,11 @@ class TritonEngine:
             native_num_sequences=k.native_num_sequences,
             reports_token_counts=k.reports_token_counts,
             variant=k.variant,
-            inputs=frozenset(k.inputs),
+            inputs=k.declared_inputs,
             outputs=k.outputs,
         )
 
-    async def introspect(self) -> c.EnsembleContract:
+    async def introspect(self) -> c.Contract:
         """Read the model config (and whether its composing models are decoupled) over gRPC."""
         async with self._lock:
             if self._contract is not None:
@@ -82,7 +83,7 @@ class TritonEngine:
                 return contract
             raise last
 
-    async def _read_contract(self, endpoint: Endpoint) -> c.EnsembleContract:
+    async def _read_contract(self, endpoint: Endpoint) -> c.Contract:
         client, timeout = endpoint.connection.client, endpoint.connection.timeout_s
         response = await client.get_model_config(self._model, client_timeout=timeout)
         config = response.config
@@ -91,17 +92,7 @@ class TritonEngine:
         for step in config.ensemble_scheduling.step:
             sub = await client.get_model_config(step.model_name, client_timeout=timeout)
             decoupled = decoupled or bool(sub.config.model_transaction_policy.decoupled)
-        contract = c.read_contract(config)
-        if decoupled == contract.decoupled:
-            return contract
-        return c.EnsembleContract(
-            model=contract.model,
-            decoupled=decoupled,
-            inputs=contract.inputs,
-            outputs=contract.outputs,
-            seed_input=contract.seed_input,
-            min_tokens_input=contract.min_tokens_input,
-        )
+        return c.read_contract(config, self._route).with_decoupled(decoupled)
 
     async def is_ready(self) -> bool:
         """Ready when any endpoint serves the model."""
@@ -151,7 +142,7 @@ class TritonEngine:
 
     async def _stream(
         self,
-        contract: c.EnsembleContract,
+        contract: c.Contract,
         request: GenerationRequest,
         *,
         seed: int | None,
@@ -161,7 +152,7 @@ class TritonEngine:
         streaming = contract.decoupled
         payload: dict[str, Any] = {
             "model_name": self._model,
-            "inputs": ensemble_inputs(
+            "inputs": request_inputs(
                 contract, request, seed=seed, num_sequences=num_sequences, stream=streaming
             ),
             "outputs": requested_outputs(contract),

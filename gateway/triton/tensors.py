@@ -67,23 +67,45 @@ def sampling_values(request: GenerationRequest) -> dict[str, Any]:
     return values
 
 
-def ensemble_inputs(
-    contract: c.EnsembleContract,
+def _stop_words_list(spec: c.TensorSpec, words: list[list[int]]) -> grpcclient.InferInput:
+    """TensorRT-LLM's [1, 2, N] stop list: row 0 the concatenated ids, row 1 each word's end
+    offset, padded with -1."""
+    flat = [t for w in words for t in w]
+    offsets, end = [], 0
+    for w in words:
+        end += len(w)
+        offsets.append(end)
+    offsets += [-1] * (len(flat) - len(offsets))
+    data = np.array([[flat, offsets]], dtype=np.int32)
+    tensor = grpcclient.InferInput(spec.name, list(data.shape), spec.triton_dtype)
+    tensor.set_data_from_numpy(data)
+    return tensor
+
+
+def request_inputs(
+    contract: c.Contract,
     request: GenerationRequest,
     *,
     seed: int | None,
     num_sequences: int,
     stream: bool,
 ) -> list[grpcclient.InferInput]:
+    """The request's tensors for the contract's route, only those the model declares."""
     specs = contract.inputs
     p = request.params
-    tensors = [_strings(specs[c.TEXT_INPUT], [request.prompt_text])]
+    if contract.route == "engine":
+        ids = np.array([request.prompt_ids], dtype=np.int32)
+        prompt = grpcclient.InferInput(specs[c.PROMPT].name, list(ids.shape), "INT32")
+        prompt.set_data_from_numpy(ids)
+        tensors = [prompt, _scalar(specs[c.PROMPT_LENGTH], len(request.prompt_ids))]
+    else:
+        tensors = [_strings(specs[c.PROMPT], [request.prompt_text])]
     values = sampling_values(request)
     values[c.STREAM] = stream
-    if contract.seed_input and seed is not None:
-        values[contract.seed_input] = seed
-    if contract.min_tokens_input and p.min_tokens:
-        values[contract.min_tokens_input] = p.min_tokens
+    if seed is not None:
+        values[c.SEED] = seed
+    if p.min_tokens:
+        values[c.MIN_TOKENS] = p.min_tokens
     if num_sequences > 1:
         values[c.NUM_RETURN_SEQUENCES] = num_sequences
     values[c.EXCLUDE_INPUT_IN_OUTPUT] = True
@@ -93,12 +115,16 @@ def ensemble_inputs(
         spec = specs.get(name)
         if spec is not None:
             tensors.append(_scalar(spec, value))
-    if request.stop_token_strings and not p.ignore_eos and c.STOP_WORDS in specs:
-        tensors.append(_strings(specs[c.STOP_WORDS], request.stop_token_strings))
+    stop_spec = specs.get(c.STOP_WORDS)
+    if stop_spec is not None and not p.ignore_eos:
+        if contract.route == "engine" and request.stop_token_ids:
+            tensors.append(_stop_words_list(stop_spec, [[t] for t in request.stop_token_ids]))
+        elif contract.route == "ensemble" and request.stop_token_strings:
+            tensors.append(_strings(stop_spec, request.stop_token_strings))
     return tensors
 
 
-def requested_outputs(contract: c.EnsembleContract) -> list[grpcclient.InferRequestedOutput]:
+def requested_outputs(contract: c.Contract) -> list[grpcclient.InferRequestedOutput]:
     wanted = [c.OUTPUT_IDS, c.SEQUENCE_LENGTH] if contract.exposes_token_ids else [c.TEXT_OUTPUT]
     wanted += [c.SEQUENCE_INDEX, c.NUM_INPUT_TOKENS, c.NUM_OUTPUT_TOKENS]
     return [grpcclient.InferRequestedOutput(n) for n in wanted if n in contract.outputs]

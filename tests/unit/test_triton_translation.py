@@ -12,7 +12,7 @@ from tritonclient.grpc import service_pb2
 
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.triton import contract as c
-from gateway.triton.tensors import ensemble_inputs, parse_response, requested_outputs, sampling_values
+from gateway.triton.tensors import parse_response, request_inputs, requested_outputs, sampling_values
 
 CURRENT = """
 name: "ensemble"
@@ -59,8 +59,8 @@ output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
 """
 
 
-def contract_of(text: str) -> c.EnsembleContract:
-    return c.read_contract(text_format.Parse(text, mc.ModelConfig()))
+def contract_of(text: str, route: c.Route = "ensemble") -> c.Contract:
+    return c.read_contract(text_format.Parse(text, mc.ModelConfig()), route)
 
 
 def request(**params: object) -> GenerationRequest:
@@ -90,8 +90,16 @@ def tensor_values(tensors: list) -> dict[str, object]:
 
 def test_contract_variants_are_recognised_from_the_config() -> None:
     cur, leg = contract_of(CURRENT), contract_of(LEGACY)
-    assert (cur.variant, cur.seed_input, cur.min_tokens_input) == ("current", "seed", "min_tokens")
-    assert (leg.variant, leg.seed_input, leg.min_tokens_input) == ("legacy", "random_seed", "min_length")
+    assert (cur.variant, cur.inputs[c.SEED].name, cur.inputs[c.MIN_TOKENS].name) == (
+        "current",
+        "seed",
+        "min_tokens",
+    )
+    assert (leg.variant, leg.inputs[c.SEED].name, leg.inputs[c.MIN_TOKENS].name) == (
+        "legacy",
+        "random_seed",
+        "min_length",
+    )
     assert cur.exposes_token_ids and not leg.exposes_token_ids
     assert cur.native_num_sequences and not leg.native_num_sequences
     assert cur.reports_token_counts and not leg.reports_token_counts
@@ -130,7 +138,7 @@ def test_ignore_eos_sets_an_end_id_no_token_has() -> None:
 
 def test_only_declared_inputs_are_sent_with_the_declared_names_and_shapes() -> None:
     req = request(temperature=0.5, seed=None, min_tokens=3, repetition_penalty=1.2)
-    cur = tensor_values(ensemble_inputs(contract_of(CURRENT), req, seed=42, num_sequences=2, stream=True))
+    cur = tensor_values(request_inputs(contract_of(CURRENT), req, seed=42, num_sequences=2, stream=True))
     assert cur["text_input"] == ("BYTES", [1, 1], ["hello"])
     assert cur["max_tokens"] == ("INT32", [1, 1], [8])
     assert cur["stream"] == ("BOOL", [1, 1], [True])
@@ -140,7 +148,7 @@ def test_only_declared_inputs_are_sent_with_the_declared_names_and_shapes() -> N
     assert cur["exclude_input_in_output"] == ("BOOL", [1, 1], [True])
     assert cur["stop_words"] == ("BYTES", [1, 1], ["<|eot|>"])
     assert "repetition_penalty" not in cur  # not declared by this model
-    leg = tensor_values(ensemble_inputs(contract_of(LEGACY), req, seed=42, num_sequences=1, stream=True))
+    leg = tensor_values(request_inputs(contract_of(LEGACY), req, seed=42, num_sequences=1, stream=True))
     assert leg["random_seed"] == ("UINT64", [1, 1], [42])
     assert leg["min_length"] == ("INT32", [1, 1], [3])
     assert set(leg) <= {"text_input", "max_tokens", "stream", "random_seed", "min_length", "top_k"}
@@ -193,3 +201,58 @@ def test_text_output_bytes_are_kept_exactly() -> None:
 def test_the_empty_final_response_is_recognised() -> None:
     parsed = parse_response(_response({}, final=True))
     assert parsed.final and parsed.empty
+
+
+ENGINE = """
+name: "tensorrt_llm"
+backend: "tensorrtllm"
+max_batch_size: 64
+model_transaction_policy { decoupled: true }
+input [
+  { name: "input_ids" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "input_lengths" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "request_output_len" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "streaming" data_type: TYPE_BOOL dims: [ 1 ] optional: true },
+  { name: "end_id" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
+  { name: "stop_words_list" data_type: TYPE_INT32 dims: [ 2, -1 ] optional: true },
+  { name: "runtime_top_k" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
+  { name: "runtime_top_p" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
+  { name: "temperature" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
+  { name: "len_penalty" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
+  { name: "seed" data_type: TYPE_UINT64 dims: [ 1 ] optional: true }
+]
+output [
+  { name: "output_ids" data_type: TYPE_INT32 dims: [ -1, -1 ] },
+  { name: "sequence_length" data_type: TYPE_INT32 dims: [ -1 ] }
+]
+"""
+
+
+def test_the_engine_route_sends_ids_under_the_engine_names() -> None:
+    contract = contract_of(ENGINE, "engine")
+    assert contract.decoupled and contract.exposes_token_ids
+    req = GenerationRequest(
+        "r",
+        "unused",
+        (5, 6, 7),
+        SamplingParams(max_tokens=4, top_k=3, length_penalty=1.5),
+        end_id=2,
+        stop_token_ids=(3, 9),
+    )
+    values = tensor_values(request_inputs(contract, req, seed=11, num_sequences=1, stream=True))
+    assert values["input_ids"] == ("INT32", [1, 3], [5, 6, 7])
+    assert values["input_lengths"] == ("INT32", [1, 1], [3])
+    assert values["request_output_len"] == ("INT32", [1, 1], [4])
+    assert values["streaming"] == ("BOOL", [1, 1], [True])
+    assert values["runtime_top_k"] == ("INT32", [1, 1], [3])
+    assert values["runtime_top_p"] == ("FP32", [1, 1], [1.0])
+    assert values["len_penalty"] == ("FP32", [1, 1], [1.5])
+    assert values["seed"] == ("UINT64", [1, 1], [11])
+    # Two one-token stop words: ids [3, 9], end offsets [1, 2].
+    assert values["stop_words_list"] == ("INT32", [1, 2, 2], [3, 9, 1, 2])
+    assert "text_input" not in values
+
+
+def test_the_engine_route_needs_the_engine_inputs() -> None:
+    with pytest.raises(c.ContractError, match="input_ids"):
+        contract_of(CURRENT, "engine")
