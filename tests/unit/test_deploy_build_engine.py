@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -510,3 +511,83 @@ def test_a_tensorrt_llm_version_mismatch_is_refused(tmp_path: Path, fake_toolcha
     )
     assert result.returncode == 1
     assert "--trtllm-version 0.19.0, but tensorrt_llm 0.20.0 is installed" in result.stderr
+
+
+# --- checkpoint to rendered GPU repository in one command ---------------------------------------------------
+
+LAUNCH = REPO / "deploy" / "launch_triton.sh"
+
+
+def parameters(config: Any) -> dict[str, str]:
+    return {key: value.string_value for key, value in config.parameters.items()}
+
+
+@pytest.mark.parametrize("variant", ["current", "legacy"])
+def test_one_command_takes_a_checkpoint_to_a_valid_gpu_repository(
+    tmp_path: Path, fake_toolchain: dict[str, str], variant: str
+) -> None:
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    model = make_hf_model(tmp_path)
+    examples = make_examples(tmp_path)
+    repo = tmp_path / "model_repo"
+    env = {**fake_toolchain, "FAKE_GPUS": "2", "DEPLOY_PYTHON": sys.executable}
+    args = ["--hf-model", str(model), "--examples-dir", str(examples), "--cache-dir", str(tmp_path / "cache")]
+    args += ["--tp", "2", "--repo-out", str(repo), "--variant", variant]
+    result = run(args, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    engine = result.stdout.splitlines()[-2].removeprefix("ENGINE_DIR=")
+    assert result.stdout.splitlines()[-1] == f"MODEL_REPO_DIR={repo}"
+
+    configs = {}
+    for name in ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble"):
+        configs[name] = text_format.Parse(
+            (repo / name / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
+        )
+    engine_model = configs["tensorrt_llm"]
+    assert engine_model.backend == "tensorrtllm"
+    assert engine_model.model_transaction_policy.decoupled is True
+    assert engine_model.max_batch_size == 64
+    params = parameters(engine_model)
+    assert params["gpt_model_path"] == engine
+    assert params["gpt_model_type"] == "inflight_fused_batching"
+    assert params["exclude_input_in_output"] == "true"
+    assert params["enable_kv_cache_reuse"] == "true"
+    assert params["kv_cache_free_gpu_mem_fraction"] == "0.9"
+    assert params["batch_scheduler_policy"] == "guaranteed_no_evict"
+    for name in ("preprocessing", "postprocessing"):
+        assert parameters(configs[name])["tokenizer_dir"] == str(model)
+    # The stock tensor contract the gateway relies on.
+    inputs = {i.name for i in configs["ensemble"].input}
+    assert {"text_input", "max_tokens", "stream", "stop_words", "end_id", "pad_id"} <= inputs
+    assert ("seed" in inputs, "random_seed" in inputs) == (
+        (True, False) if variant == "current" else (False, True)
+    )
+    assert "text_output" in {o.name for o in configs["ensemble"].output}
+
+    # launch_triton.sh reads the engine's world size through the rendered gpt_model_path.
+    launched = subprocess.run(
+        ["bash", str(LAUNCH), "--model-repo", str(repo), "--tritonserver", "/bin/true"],
+        env={"PATH": env["PATH"], "FAKE_GPUS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert launched.returncode == 1
+    assert "the engine needs 2 GPU(s), nvidia-smi lists 1" in launched.stderr
+
+
+def test_a_bad_renderer_variable_fails_the_command_by_name(
+    tmp_path: Path, fake_toolchain: dict[str, str]
+) -> None:
+    model = make_hf_model(tmp_path)
+    examples = make_examples(tmp_path)
+    env = {**fake_toolchain, "DEPLOY_PYTHON": sys.executable}
+    args = ["--hf-model", str(model), "--examples-dir", str(examples), "--cache-dir", str(tmp_path / "cache")]
+    args += ["--repo-out", str(tmp_path / "repo"), "--set", "max_beam_widht=2"]
+    result = run(args, cwd=tmp_path, env=env)
+    assert result.returncode == 2
+    assert "max_beam_widht" in result.stderr
+    assert not (tmp_path / "repo").exists()
