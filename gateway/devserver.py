@@ -1,0 +1,101 @@
+"""`gateway dev`: the whole embedded stack on one machine with no GPU.
+
+The CPU tritonserver (with the reference engine) runs in a child process (`python -m
+deploy.devstack`), so this process, the gateway, never imports torch; it is stopped with the
+gateway, leaving no orphans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from gateway.config import ServedModel, Settings
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 600
+
+
+def _tiny_model_dir() -> Path:
+    out = subprocess.run(
+        [sys.executable, "-m", "deploy.tiny_model", "--kind", "bpe"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "deploy.devstack",
+        "--model-dir",
+        str(model_dir),
+        "--variant",
+        args.variant,
+        "--engine-mode",
+        args.engine_mode,
+    ]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert child.stdout is not None
+    ready: dict[str, str] = {}
+
+    def fail() -> None:
+        child.wait()
+        raise SystemExit(f"gateway dev: the Triton stack did not start (exit code {child.returncode})")
+
+    timer = threading.Timer(READY_TIMEOUT_S, child.terminate)
+    timer.start()
+    try:
+        for line in child.stdout:
+            sys.stdout.write(line)
+            if line.startswith("READY "):
+                ready = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+                break
+    finally:
+        timer.cancel()
+    if not ready:
+        fail()
+    # Keep draining the child's output so it never blocks on a full pipe.
+    threading.Thread(target=lambda: [sys.stdout.write(line) for line in child.stdout], daemon=True).start()  # type: ignore[union-attr]
+    return child, ready
+
+
+def _stop(child: subprocess.Popen[str]) -> None:
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+
+
+def run_dev(settings: Settings, args: argparse.Namespace) -> None:
+    from gateway.cli import run_server
+
+    model_dir = Path(args.model_dir) if args.model_dir else _tiny_model_dir()
+    child, ready = _start_triton(model_dir, args)
+    try:
+        served = ServedModel(name=args.served_name, tokenizer=model_dir, triton_model=ready["ensemble"])
+        settings = settings.model_copy(update={"models": [served], "triton_url": [ready["grpc"]]})
+        base = f"http://{settings.host}:{settings.port}"
+        print(
+            f"gateway: serving `{served.name}` on {base}/v1 (Triton gRPC {ready['grpc']}). Try:\n"
+            f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
+            f'-d \'{{"model": "{served.name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
+            f'"max_tokens": 32}}\'',
+            flush=True,
+        )
+        run_server(settings)
+    finally:
+        _stop(child)
