@@ -44,7 +44,8 @@ Tools
   --examples-dir DIR        TensorRT-LLM examples/ matching the installed tensorrt_llm     [TRTLLM_EXAMPLES_DIR]
   --fetch-examples          without --examples-dir, clone TensorRT-LLM at tag v<tensorrt_llm
                             version> into <cache-dir>/src/TensorRT-LLM-v<version> unless a
-                            checkout is already there (copy one there on offline hosts)     [TRTLLM_FETCH_EXAMPLES=1]
+                            checkout is already there (copy one there on offline hosts);
+                            TRTLLM_GIT_URL names a mirror (default: NVIDIA's GitHub repo)   [TRTLLM_FETCH_EXAMPLES=1]
   --trtllm-version V        expected tensorrt_llm version (checked against the installed one) [TRTLLM_VERSION]
   --cache-dir DIR           engine cache (default ./engines)                                [ENGINE_CACHE_DIR]
 Model repository (rendered from model_repo_templates/ when --repo-out is given)

@@ -6,6 +6,7 @@ missing linter fails these tests: skipping would report green for files nobody c
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -70,3 +71,39 @@ def test_dockerfile_passes_hadolint(dockerfile: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Hosts the deploy files may name: NVIDIA's NGC registry (the Triton + TensorRT-LLM image) and GitHub
+# (the TensorRT-LLM examples), both as overridable defaults. The other dotted names are Kubernetes API
+# groups, label prefixes and resource names, not hosts.
+ALLOWED_HOSTS = {"nvcr.io", "github.com"}
+NOT_HOSTS = {
+    "kubernetes.io",
+    "app.kubernetes.io",
+    "monitoring.coreos.com",
+    "kustomize.config.k8s.io",
+    "nvidia.com",
+}
+HOST = re.compile(r"\b(?:[a-z0-9-]+\.)+(?:com|io|org|net|dev|ai|co|cloud|internal|local)\b")
+OPERATIONAL_FILES = sorted(
+    p
+    for p in [REPO / "Dockerfile", REPO / ".dockerignore", *(REPO / "deploy").rglob("*")]
+    if p.is_file() and p.suffix not in (".py", ".md", ".pyc") and "__pycache__" not in p.parts
+)
+
+
+def test_deploy_files_name_no_registry_or_host_but_the_upstream_ones() -> None:
+    named: dict[str, set[str]] = {}
+    for path in OPERATIONAL_FILES:
+        for host in HOST.findall(path.read_text()):
+            if host not in NOT_HOSTS:
+                named.setdefault(host, set()).add(str(path.relative_to(REPO)))
+    assert set(named) <= ALLOWED_HOSTS, {h: sorted(f) for h, f in named.items() if h not in ALLOWED_HOSTS}
+    # Each upstream host appears only as the default of a variable the user can override.
+    for host, files in named.items():
+        for file in files:
+            for line in (REPO / file).read_text().splitlines():
+                if host in line and not line.lstrip().startswith("#"):
+                    assert re.search(r"[A-Z_]+[=:]|\$\{[A-Z_]+:-", line), (
+                        f"{file}: {host} outside a variable: {line}"
+                    )
