@@ -14,7 +14,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.api import chat, completions, health, models
 from gateway.api.errors import install_error_handlers
-from gateway.api.middleware import AdmissionMiddleware, ApiKeyMiddleware, BodySizeMiddleware
+from gateway.api.middleware import (
+    AccessLogMiddleware,
+    AdmissionMiddleware,
+    ApiKeyMiddleware,
+    BodySizeMiddleware,
+)
 from gateway.config import ServedModel, Settings
 from gateway.engine import Engine
 from gateway.errors import GatewayError
@@ -181,4 +186,5 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         )
     paths = frozenset(getattr(r, "path", "") for r in app.routes)
     app.add_middleware(MetricsMiddleware, metrics=metrics, paths=paths)
+    app.add_middleware(AccessLogMiddleware, enabled=settings.access_log)
     return app

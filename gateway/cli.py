@@ -108,6 +108,9 @@ def run_server(settings: Settings) -> None:
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level.lower(),
+        # Our own access line carries the request id, tokens and TTFT; uvicorn's would repeat it.
+        "access_log": False,
+        "log_config": None,
         "timeout_graceful_shutdown": settings.shutdown_grace_s + 5,
     }
     if settings.workers > 1:

@@ -60,6 +60,8 @@ class Settings(BaseSettings):
     models: list[ServedModel] = Field(default_factory=list, description="Served models.")
     config_file: Path | None = Field(default=None, description="YAML file with any of these settings.")
     log_level: str = Field(default="info", description="Logging level.")
+    log_format: Literal["text", "json"] = Field(default="text", description="Log lines as text or JSON.")
+    access_log: bool = Field(default=True, description="One log line per request (never prompt text).")
     triton_connect_timeout_s: float = Field(
         default=10.0, gt=0, description="Deadline for Triton metadata calls (config, readiness)."
     )

@@ -6,6 +6,8 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.logs import current_request
+
 # Explicit buckets: the defaults stop at 10 s and start at 5 ms, wrong for both token gaps and long streams.
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TPOT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -60,6 +62,12 @@ class RequestTimer:
                 self._metrics.ttft.labels(self._model).observe(self._first - self._start)
 
     def done(self, prompt_tokens: int, completion_tokens: int) -> None:
+        record = current_request.get()
+        if record is not None:
+            record.model = self._model
+            record.prompt_tokens = prompt_tokens
+            record.completion_tokens = completion_tokens
+            record.ttft_s = None if self._first is None else self._first - self._start
         m = self._metrics
         if m is None:
             return

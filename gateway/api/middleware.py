@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import math
+import uuid
 
 import orjson
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import AuthenticationError, GatewayError, OverloadedError, PayloadTooLargeError
+from gateway.logs import ACCESS_LOGGER, RequestRecord, current_request
 from gateway.metrics import GatewayMetrics
+
+access_log = logging.getLogger(ACCESS_LOGGER)
 
 
 async def send_error(send: Send, error: GatewayError) -> None:
@@ -162,3 +167,39 @@ class AdmissionMiddleware:
             await self.app(scope, receive, send)
         finally:
             self._slots.release()
+
+
+class AccessLogMiddleware:
+    """`X-Request-Id` in (or made) and out, and one access line per request, streams included."""
+
+    def __init__(self, app: ASGIApp, *, enabled: bool) -> None:
+        self.app = app
+        self.enabled = enabled
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        # Accept a client's id only if it is short and printable: it lands in logs and headers.
+        if given is not None and 0 < len(given) <= 128 and given.isascii() and given.decode().isprintable():
+            request_id = given.decode()
+        else:
+            request_id = uuid.uuid4().hex
+        record = RequestRecord(request_id, scope["method"], scope["path"])
+        token = current_request.set(record)
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                record.status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            current_request.reset(token)
+            if self.enabled and scope["path"] not in ("/health", "/health/ready", "/metrics"):
+                access_log.info(
+                    "%s %s %s", record.method, record.path, record.status, extra={"fields": record.fields()}
+                )

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import logging
+
+import pytest
 
 from tests.api.conftest import MakeClient
 from tests.api.test_chat_api import REPLY, chunks_of
@@ -115,3 +118,26 @@ async def test_metrics_count_requests_tokens_and_latency(make_client: MakeClient
     assert 'gateway_time_to_first_token_seconds_count{model="tiny"} 2.0' in text
     assert 'gateway_generation_tokens_total{model="tiny"}' in text
     assert "gateway_requests_in_flight 1.0" in text  # the /metrics request itself
+
+
+async def test_request_id_is_returned_and_the_access_line_has_tokens_but_no_prompt(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    client, _ = await make_client()
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        r = await client.post(
+            "/v1/completions",
+            json={"model": "tiny", "prompt": "secret prompt text", "max_tokens": 3},
+            headers={"X-Request-Id": "req-123"},
+        )
+        r2 = await client.get("/v1/models")
+    assert r.headers["x-request-id"] == "req-123"
+    assert len(r2.headers["x-request-id"]) == 32
+    lines = [rec for rec in caplog.records if rec.name == "gateway.access"]
+    fields = lines[0].fields  # type: ignore[attr-defined]
+    assert fields["request_id"] == "req-123" and fields["status"] == 200 and fields["model"] == "tiny"
+    assert fields["completion_tokens"] == 3 and fields["prompt_tokens"] > 0 and fields["ttft_ms"] is not None
+    assert all(
+        "secret" not in rec.getMessage() and "secret" not in str(getattr(rec, "fields", ""))
+        for rec in caplog.records
+    )

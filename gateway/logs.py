@@ -1,0 +1,84 @@
+"""Logging set-up (text or JSON lines) and the per-request record behind the access log.
+
+The record lives in a contextvar: the middleware creates it, the serving layer fills in model,
+tokens and TTFT, and the middleware logs one line when the response (the whole stream) is done.
+Prompts and completions are never part of it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+ACCESS_LOGGER = "gateway.access"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    request_id: str
+    method: str
+    path: str
+    start: float = field(default_factory=time.perf_counter)
+    status: int = 0
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    ttft_s: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "method": self.method,
+            "path": self.path,
+            "status": self.status,
+            "model": self.model,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "ttft_ms": None if self.ttft_s is None else round(self.ttft_s * 1000, 2),
+            "duration_ms": round((time.perf_counter() - self.start) * 1000, 2),
+        }
+
+
+current_request: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "current_request", default=None
+)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            out.update(extra)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = getattr(record, "fields", None)
+        if isinstance(extra, dict):
+            line += " " + " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+        return line
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
