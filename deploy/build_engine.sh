@@ -57,6 +57,8 @@ Model repository (rendered from model_repo_templates/ when --repo-out is given)
   --kv-cache-free-gpu-mem-fraction F  default 0.9                                          [KV_CACHE_FREE_GPU_MEM_FRACTION]
   --batch-scheduler-policy P          max_utilization or guaranteed_no_evict (default)     [BATCH_SCHEDULER_POLICY]
   --set KEY=VALUE           extra renderer variable (repeatable)
+                            (the renderer runs as DEPLOY_PYTHON -m deploy.model_repo with
+                            PYTHONPATH=DEPLOY_PYTHONPATH; defaults: python3, this repository)
 Other
   --force                   rebuild even when the cache holds this engine
   --dry-run                 print every command, run none; tool and GPU checks are skipped
@@ -383,6 +385,12 @@ if [[ -n $FETCH_DEST ]]; then
     CONVERT_SCRIPT=$(locate_convert_script "$FETCH_DEST/examples") ||
       die "no convert_checkpoint.py for family '$MODEL_FAMILY' in the fetched $FETCH_DEST/examples"
   fi
+fi
+
+# The renderer runs last, after hours of building: make sure it can run before starting.
+if [[ -n $MODEL_REPO_DIR && $DRY_RUN == 0 ]]; then
+  PYTHONPATH=$DEPLOY_PYTHONPATH "$DEPLOY_PYTHON" -c 'import deploy.model_repo' 2>/dev/null ||
+    die "the repository renderer (deploy.model_repo) does not import with DEPLOY_PYTHONPATH=$DEPLOY_PYTHONPATH: use the trtllm-gateway-triton image (deploy/triton.Dockerfile), or pip install --target DIR 'tritonclient[grpc]' and set DEPLOY_PYTHONPATH=DIR:<this repository>"
 fi
 
 # --- paged KV cache flag ---------------------------------------------------------------------------------------

@@ -591,3 +591,16 @@ def test_a_bad_renderer_variable_fails_the_command_by_name(
     assert result.returncode == 2
     assert "max_beam_widht" in result.stderr
     assert not (tmp_path / "repo").exists()
+
+
+def test_a_renderer_that_cannot_run_is_reported_before_any_build_work(
+    tmp_path: Path, fake_toolchain: dict[str, str]
+) -> None:
+    model = make_hf_model(tmp_path)
+    examples = make_examples(tmp_path)
+    env = {**fake_toolchain, "DEPLOY_PYTHON": sys.executable, "DEPLOY_PYTHONPATH": str(tmp_path / "empty")}
+    args = ["--hf-model", str(model), "--examples-dir", str(examples), "--repo-out", str(tmp_path / "repo")]
+    result = run([*args, "--cache-dir", str(tmp_path / "cache")], cwd=tmp_path, env=env)
+    assert result.returncode == 1
+    assert "the repository renderer (deploy.model_repo) does not import" in result.stderr
+    assert steps(fake_toolchain) == []
