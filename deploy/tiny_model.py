@@ -1,0 +1,332 @@
+"""Build (once, deterministically, cached) a tiny tokenizer + random causal LM for the local stack.
+
+Two tokenizer kinds cover the two detokenization families the gateway must get right:
+``bpe`` (byte-level BPE, GPT-2/Llama-3/Qwen style) and ``metaspace`` (SentencePiece-style
+"▁" word marks with byte fallback, Llama-2/Mistral style). Both are trained on a small built-in
+corpus with English, CJK and emoji, so some tokens are partial UTF-8 characters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+logger = logging.getLogger(__name__)
+
+KINDS: Final = ("bpe", "metaspace")
+
+SEED: Final = 20240611
+
+PAD_TOKEN: Final = "<|pad|>"
+BOS_TOKEN: Final = "<|bos|>"
+EOS_TOKEN: Final = "<|eos|>"
+EOT_TOKEN: Final = "<|eot|>"
+IM_START_TOKEN: Final = "<|im_start|>"
+UNK_TOKEN: Final = "<unk>"
+SPECIAL_TOKENS: Final = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, EOT_TOKEN, IM_START_TOKEN)
+# Added but not special: they survive skip_special_tokens, like real tool-call markers do.
+TOOL_CALL_TOKENS: Final = ("<tool_call>", "</tool_call>")
+
+VOCAB_SIZE: Final = {"bpe": 640, "metaspace": 700}
+# Keeps rare characters (most CJK, all emoji) out of the metaspace alphabet so they use byte fallback.
+METASPACE_ALPHABET_LIMIT: Final = 90
+
+MODEL_PARAMS: Final = {
+    "hidden_size": 64,
+    "intermediate_size": 176,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-5,
+    # Larger than the usual 0.02 so logits are peaked enough that greedy ties are implausible.
+    "initializer_range": 0.1,
+}
+
+# ChatML-like, written in the explicit-string style so that template layout never leaks whitespace.
+CHAT_TEMPLATE: Final = """\
+{%- set ns = namespace(system=none, start=0) %}
+{%- if messages and messages[0].role == 'system' %}
+    {%- set ns.system = messages[0].content %}
+    {%- set ns.start = 1 %}
+{%- endif %}
+{%- if ns.system is not none or tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if ns.system is not none %}
+        {{- ns.system }}
+    {%- endif %}
+    {%- if tools %}
+        {%- if ns.system is not none %}
+            {{- '\\n\\n' }}
+        {%- endif %}
+        {{- '# Tools\\nTo call a function reply with ' }}
+        {{- '<tool_call>{"name": <name>, "arguments": <object>}</tool_call>.' }}
+        {%- for tool in tools %}
+            {{- '\\n' + (tool | tojson) }}
+        {%- endfor %}
+    {%- endif %}
+    {{- '<|eot|>\\n' }}
+{%- endif %}
+{%- for message in messages[ns.start:] %}
+    {{- '<|im_start|>' + message.role + '\\n' }}
+    {%- if message.content is string %}
+        {{- message.content }}
+    {%- elif message.content %}
+        {%- for part in message.content %}
+            {%- if part.type == 'text' %}
+                {{- part.text }}
+            {%- endif %}
+        {%- endfor %}
+    {%- endif %}
+    {%- if message.role == 'assistant' and message.tool_calls %}
+        {%- for call in message.tool_calls %}
+            {%- set args = call.function.arguments %}
+            {{- '<tool_call>{"name": ' + (call.function.name | tojson) + ', "arguments": ' }}
+            {{- (args if args is string else args | tojson) + '}</tool_call>' }}
+        {%- endfor %}
+    {%- endif %}
+    {{- '<|eot|>\\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}"""
+
+CORPUS: Final = """\
+The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step.
+Hello, world! How are you today? I am fine, thank you. What would you like to talk about?
+Once upon a time there was a little model that learned to speak in many languages.
+It counted tokens, streamed them one by one, and never lost a space or a byte.
+The weather is nice today: sunny, 24 degrees, with a light breeze from the west.
+def add(a, b):
+    return a + b
+for i in range(10):
+    print(i * i)
+{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}
+Numbers: 0 1 2 3 4 5 6 7 8 9 10 42 100 1000 3.14159 2.71828
+Café, naïve, façade, jalapeño, Ångström, Straße, crème brûlée.
+你好，世界！今天天气很好。我们一起去公园散步吧。
+机器学习是人工智能的一个分支。大语言模型可以生成文本。
+こんにちは、世界。今日はいい天気ですね。日本語のテキストも少し入れます。
+안녕하세요, 세계! 오늘 날씨가 좋네요.
+Emoji time 🙂 🚀 🎉 👍🏽 ❤️ 👨‍👩‍👧‍👦 🇫🇷 — the family emoji is several code points joined.
+Mixed: the model said 你好 and then 🙂, then continued in English.
+Streaming text must stay exact: spaces, newlines,
+tabs\tand unicode like 日本 and 🚀 must survive byte by byte.
+"""
+
+
+def default_cache_root() -> Path:
+    """Where built models live: ``$GATEWAY_CACHE_DIR`` or ``~/.cache/trtllm-gateway``."""
+    env = os.environ.get("GATEWAY_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "trtllm-gateway"
+
+
+def _recipe_key(kind: str) -> str:
+    import tokenizers
+    import torch
+    import transformers
+
+    recipe = {
+        # Any edit of this recipe (code included) gets a new directory instead of a stale cached model.
+        "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "kind": kind,
+        "seed": SEED,
+        "corpus": CORPUS,
+        "vocab_size": VOCAB_SIZE[kind],
+        "alphabet_limit": METASPACE_ALPHABET_LIMIT,
+        "special_tokens": SPECIAL_TOKENS,
+        "tool_call_tokens": TOOL_CALL_TOKENS,
+        "chat_template": CHAT_TEMPLATE,
+        "model": MODEL_PARAMS,
+        # Training and random init may change across library versions; a new version gets a new dir.
+        "versions": [tokenizers.__version__, transformers.__version__, torch.__version__],
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _train_tokenizer(kind: str):  # -> tokenizers.Tokenizer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    lines = CORPUS.splitlines(keepends=True)
+    if kind == "bpe":
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=VOCAB_SIZE[kind],
+            special_tokens=list(SPECIAL_TOKENS),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(lines, trainer=trainer)
+    else:
+        tokenizer = Tokenizer(models.BPE(unk_token=UNK_TOKEN, byte_fallback=True))
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+            replacement="▁", prepend_scheme="first", split=True
+        )
+        trainer = trainers.BpeTrainer(
+            vocab_size=VOCAB_SIZE[kind] - 256,
+            special_tokens=[UNK_TOKEN, *SPECIAL_TOKENS],
+            limit_alphabet=METASPACE_ALPHABET_LIMIT,
+            show_progress=False,
+        )
+        tokenizer.train_from_iterator(lines, trainer=trainer)
+        tokenizer = _with_byte_fallback_tokens(tokenizer)
+        # The Llama-2 decoder chain: marks back to spaces, byte tokens back to bytes, drop the leading space.
+        tokenizer.decoder = decoders.Sequence(
+            [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        )
+        bos_id = tokenizer.token_to_id(BOS_TOKEN)
+        tokenizer.post_processor = processors.TemplateProcessing(
+            single=f"{BOS_TOKEN} $A", pair=f"{BOS_TOKEN} $A $B", special_tokens=[(BOS_TOKEN, bos_id)]
+        )
+    return tokenizer
+
+
+def _with_byte_fallback_tokens(tokenizer):  # (tokenizers.Tokenizer) -> tokenizers.Tokenizer
+    """Insert <0x00>..<0xFF> as ordinary vocab entries right after the special tokens, like SentencePiece.
+
+    Handing them to the trainer as special tokens would make them *special* added tokens, which
+    skip_special_tokens would then drop from decoded text.
+    """
+    from tokenizers import Tokenizer
+
+    data = json.loads(tokenizer.to_str())
+    vocab: dict[str, int] = data["model"]["vocab"]
+    special = {t["content"] for t in data["added_tokens"]}
+    ordered = sorted(vocab, key=vocab.__getitem__)
+    specials = [t for t in ordered if t in special]
+    byte_tokens = [f"<0x{b:02X}>" for b in range(256)]
+    rest = [t for t in ordered if t not in special and t not in byte_tokens]
+    data["model"]["vocab"] = {t: i for i, t in enumerate([*specials, *byte_tokens, *rest])}
+    for added in data["added_tokens"]:
+        added["id"] = data["model"]["vocab"][added["content"]]
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def _save_tokenizer(kind: str, out: Path):  # -> PreTrainedTokenizerFast
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+
+    backend = _train_tokenizer(kind)
+    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_CALL_TOKENS])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=BOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        unk_token=UNK_TOKEN if kind == "metaspace" else None,
+        additional_special_tokens=[EOT_TOKEN, IM_START_TOKEN],
+        chat_template=CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+        model_max_length=MODEL_PARAMS["max_position_embeddings"],
+    )
+    # The chat template goes into tokenizer_config.json (not chat_template.jinja): gateways read it there.
+    tokenizer.save_pretrained(out, save_jinja_files=False)
+    return tokenizer
+
+
+def _save_model(tokenizer, out: Path) -> None:
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    eot_id = tokenizer.convert_tokens_to_ids(EOT_TOKEN)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.convert_tokens_to_ids(BOS_TOKEN),
+        eos_token_id=eos_id,
+        pad_token_id=tokenizer.convert_tokens_to_ids(PAD_TOKEN),
+        tie_word_embeddings=False,
+        dtype="float32",
+        **MODEL_PARAMS,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = LlamaForCausalLM(config)
+    model.eval()
+    # Like Llama 3 instruct: the tokenizer's eos ends a document, the extra eos id ends a chat turn.
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id,
+        eos_token_id=[eos_id, eot_id],
+        pad_token_id=config.pad_token_id,
+        do_sample=False,
+    )
+    model.save_pretrained(out)
+
+
+@contextlib.contextmanager
+def _quiet_progress_bars() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
+
+
+def build_tiny_model(kind: str = "bpe", *, cache_root: Path | None = None) -> Path:
+    """Return the directory of the tiny model of ``kind``, building it on first use.
+
+    The directory is keyed by the recipe's content, built in a temporary directory and renamed into
+    place, so concurrent callers and interrupted builds never see a half-written model.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown tiny model kind {kind!r}; expected one of {', '.join(KINDS)}")
+    root = (cache_root or default_cache_root()).expanduser()
+    final = root / f"tiny-{kind}-{_recipe_key(kind)}"
+    if (final / "config.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{kind}-", dir=root))
+    try:
+        # mkdtemp makes the directory private; the model is mounted into containers by other users.
+        tmp.chmod(0o755)
+        with _quiet_progress_bars():
+            tokenizer = _save_tokenizer(kind, tmp)
+            _save_model(tokenizer, tmp)
+        for file in tmp.iterdir():
+            file.chmod(0o644)
+        try:
+            tmp.rename(final)
+        except OSError:
+            # Another process won the race; its directory is complete because it was renamed whole.
+            if not (final / "config.json").is_file():
+                raise
+        else:
+            logger.info("built tiny %s model in %s", kind, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.tiny_model", description=__doc__)
+    parser.add_argument("--kind", choices=KINDS, default="bpe")
+    parser.add_argument(
+        "--cache-root", type=Path, default=None, help="default: $GATEWAY_CACHE_DIR or ~/.cache"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    path = build_tiny_model(args.kind, cache_root=args.cache_root)
+    # The path is the command's output, meant for shell use: $(python -m deploy.tiny_model).
+    sys.stdout.write(f"{path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
