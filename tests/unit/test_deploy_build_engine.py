@@ -598,7 +598,9 @@ def test_a_renderer_that_cannot_run_is_reported_before_any_build_work(
 ) -> None:
     model = make_hf_model(tmp_path)
     examples = make_examples(tmp_path)
-    env = {**fake_toolchain, "DEPLOY_PYTHON": sys.executable, "DEPLOY_PYTHONPATH": str(tmp_path / "empty")}
+    # The bare interpreter (not this venv, where the project is installed) with an empty path: no renderer.
+    bare = os.path.realpath(sys.executable)
+    env = {**fake_toolchain, "DEPLOY_PYTHON": bare, "DEPLOY_PYTHONPATH": str(tmp_path / "empty")}
     args = ["--hf-model", str(model), "--examples-dir", str(examples), "--repo-out", str(tmp_path / "repo")]
     result = run([*args, "--cache-dir", str(tmp_path / "cache")], cwd=tmp_path, env=env)
     assert result.returncode == 1
