@@ -163,14 +163,18 @@ def start_stack(cfg: BenchConfig, workdir: Path) -> Iterator[Stack]:
     from deploy import devstack
 
     repo = devstack.prepare_dev_repository(
-        workdir / "model_repo", engine_mode="synthetic", synthetic_step_ms=cfg.step_ms
+        workdir / "model_repo",
+        engine_mode="synthetic",
+        # Enough active sequences for the soak's open streams; the step sets the per-stream token rate.
+        variables={"synthetic_step_ms": cfg.step_ms, "max_active_requests": max(1024, cfg.soak_streams)},
     )
-    with devstack.TritonServer(repo.path, log_file=workdir / "tritonserver.log") as server:
+    with devstack.TritonServer([repo.path], log_file=workdir / "tritonserver.log") as server:
         yield Stack(
             grpc_url=server.grpc_url,
             http_url=server.http_url,
-            tokenizer_dir=str(repo.tokenizer_dir),
+            tokenizer_dir=str(repo.model_dir),
             triton_pid=server.pid,
+            ensemble=repo.ensemble,
         )
 
 
@@ -286,8 +290,15 @@ async def start_target(
         ) as proxy:
             # The provider speaks chat only (it builds text_input from messages with a prompt template).
             chat = replace(workload, endpoint="chat")
+            # trust_usage=False: LiteLLM's usage is its own tiktoken count of the text (128 for 64
+            # engine tokens here), so the content chunks, one per engine token, are counted instead.
             client = OpenAITarget(
-                proxy.base_url, stack.served_name, chat, api_key=proxy.api_key, name=target.key
+                proxy.base_url,
+                stack.served_name,
+                chat,
+                api_key=proxy.api_key,
+                name=target.key,
+                trust_usage=False,
             )
             await client.open(max_conc)
             try:
