@@ -590,7 +590,11 @@ class StreamingToolParser:
 
     def _emit(self, text: str, events: list[ToolCallEvent]) -> None:
         if text:
-            events.append(ContentDelta(text))
+            # One delta per feed, not one per decision: a rejected region is released piecewise.
+            if events and isinstance(events[-1], ContentDelta):
+                events[-1] = ContentDelta(events[-1].text + text)
+            else:
+                events.append(ContentDelta(text))
             self._at_start = False
             self._after_call = False
 
