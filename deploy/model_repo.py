@@ -1,0 +1,707 @@
+"""Render a Triton model repository (preprocessing, tensorrt_llm, postprocessing, ensemble) from templates.
+
+``python -m deploy.model_repo render --backend {cpu,tensorrtllm} --variant {current,legacy} --out DIR
+--set key=value ...`` and ``python -m deploy.model_repo variables``. Every rendered ``config.pbtxt`` is
+parsed into Triton's ``ModelConfig`` protobuf and the ensemble wiring is checked before anything is
+moved into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+logger = logging.getLogger(__name__)
+
+TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "model_repo_templates"
+BACKENDS: Final = ("cpu", "tensorrtllm")
+VARIANTS: Final = ("current", "legacy")
+MODELS: Final = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
+BOTH: Final = frozenset(BACKENDS)
+CPU: Final = frozenset({"cpu"})
+TRTLLM: Final = frozenset({"tensorrtllm"})
+
+VariableKind = Literal["str", "path", "int", "float", "bool", "choice"]
+
+
+class ModelRepoError(Exception):
+    """Base class of every rendering failure; the message says what to fix."""
+
+
+class TemplateVariableError(ModelRepoError):
+    """A variable is unknown, missing, malformed or not applicable; ``variable`` names it."""
+
+    def __init__(self, variable: str, message: str) -> None:
+        super().__init__(f"template variable {variable!r}: {message}")
+        self.variable = variable
+
+
+class TemplateSyntaxError(ModelRepoError):
+    """A template file is malformed (bad directive, unbalanced ``@if``, leftover ``${...}``)."""
+
+
+class ModelConfigValidationError(ModelRepoError):
+    """A rendered config.pbtxt does not parse or the ensemble wiring is inconsistent."""
+
+    def __init__(self, file: str, problem: str) -> None:
+        super().__init__(f"{file}: {problem}")
+        self.file = file
+        self.problem = problem
+
+
+_REQUIRED: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """One template variable: its type, default (or required), applicability and meaning."""
+
+    name: str
+    kind: VariableKind
+    description: str
+    default: object = _REQUIRED
+    backends: frozenset[str] = BOTH
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    pattern: str | None = None
+    # Name of another variable whose value is the default (model_dir defaults to tokenizer_dir).
+    default_from: str | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED and self.default_from is None
+
+
+_OPTIONAL_INT_LIST = r"^(\d+(,\d+)*)?$"
+
+VARIABLES: Final[tuple[Variable, ...]] = (
+    Variable("tokenizer_dir", "path", "HF tokenizer directory read by preprocessing and postprocessing."),
+    Variable(
+        "engine_dir",
+        "path",
+        "TensorRT-LLM engine directory (the backend's gpt_model_path).",
+        backends=TRTLLM,
+    ),
+    Variable(
+        "model_dir",
+        "path",
+        "HF causal LM directory the CPU reference engine loads (engine_mode=model).",
+        backends=CPU,
+        default_from="tokenizer_dir",
+    ),
+    Variable(
+        "engine_mode",
+        "choice",
+        "CPU engine mode: 'model' runs the transformers model; 'synthetic' emits deterministic token ids "
+        "at synthetic_step_ms intervals without model compute (load tests measure the gateway).",
+        default="model",
+        backends=CPU,
+        choices=("model", "synthetic"),
+    ),
+    Variable(
+        "synthetic_step_ms",
+        "float",
+        "Synthetic mode: milliseconds per engine step (one token per active sequence per step).",
+        default=20.0,
+        backends=CPU,
+        minimum=0.0,
+    ),
+    Variable(
+        "max_active_requests",
+        "int",
+        "CPU engine: sequences stepped together at most; further requests wait in the engine queue.",
+        default=1024,
+        backends=CPU,
+        minimum=1,
+    ),
+    Variable(
+        "engine_threads",
+        "int",
+        "CPU engine: torch intra-op threads (small models run best on one).",
+        default=1,
+        backends=CPU,
+        minimum=1,
+    ),
+    Variable(
+        "name_prefix",
+        "str",
+        "Prefix of every model name, e.g. 'bpe_' -> bpe_ensemble composing bpe_preprocessing, ...; lets "
+        "one tritonserver serve several rendered repositories.",
+        default="",
+        pattern=r"^[A-Za-z0-9_-]*$",
+    ),
+    Variable("max_batch_size", "int", "Triton max_batch_size of all four models.", default=64, minimum=1),
+    Variable(
+        "decoupled",
+        "bool",
+        "Decoupled transaction policy of tensorrt_llm (required for streaming).",
+        default=True,
+    ),
+    Variable(
+        "max_queue_delay_microseconds",
+        "int",
+        "Dynamic batcher delay of preprocessing and tensorrt_llm.",
+        default=0,
+        minimum=0,
+    ),
+    Variable(
+        "max_queue_size",
+        "int",
+        "Dynamic batcher queue limit of preprocessing and tensorrt_llm (0: unlimited).",
+        default=0,
+        minimum=0,
+    ),
+    Variable("preprocessing_instance_count", "int", "Instances of preprocessing.", default=1, minimum=1),
+    Variable(
+        "postprocessing_instance_count",
+        "int",
+        "Instances of postprocessing (more than one may reorder streamed responses).",
+        default=1,
+        minimum=1,
+    ),
+    Variable("engine_instance_count", "int", "Instances of tensorrt_llm.", default=1, minimum=1),
+    Variable(
+        "add_special_tokens",
+        "bool",
+        "Preprocessing: let the tokenizer add its special tokens (e.g. BOS) to the prompt.",
+        default=True,
+    ),
+    Variable(
+        "skip_special_tokens",
+        "bool",
+        "Postprocessing: drop special tokens from text_output.",
+        default=True,
+    ),
+    Variable(
+        "exclude_input_in_output",
+        "bool",
+        "Engine parameter: leave the prompt out of non-streaming output_ids (the stock default false "
+        "echoes the prompt).",
+        default=False,
+    ),
+    Variable("max_beam_width", "int", "Engine parameter max_beam_width.", default=1, minimum=1),
+    Variable(
+        "logits_datatype",
+        "choice",
+        "Data type of context_logits and generation_logits.",
+        default="TYPE_FP32",
+        choices=("TYPE_FP32", "TYPE_FP16", "TYPE_BF16"),
+    ),
+    Variable(
+        "ensemble_output_ids",
+        "bool",
+        "Ensemble also outputs the engine's output_ids and sequence_length (false: stock outputs only).",
+        default=True,
+    ),
+    Variable(
+        "batching_strategy",
+        "choice",
+        "Engine parameter gpt_model_type.",
+        default="inflight_fused_batching",
+        backends=TRTLLM,
+        choices=("inflight_fused_batching", "inflight_batching", "V1"),
+    ),
+    Variable(
+        "batch_scheduler_policy",
+        "choice",
+        "Engine parameter batch_scheduler_policy.",
+        default="guaranteed_no_evict",
+        backends=TRTLLM,
+        choices=("guaranteed_no_evict", "max_utilization"),
+    ),
+    Variable(
+        "kv_cache_free_gpu_mem_fraction",
+        "float",
+        "Fraction of free GPU memory the KV cache may take.",
+        default=0.9,
+        backends=TRTLLM,
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    Variable(
+        "enable_kv_cache_reuse",
+        "bool",
+        "Reuse KV cache blocks across requests sharing a prefix.",
+        default=False,
+        backends=TRTLLM,
+    ),
+    Variable("enable_chunked_context", "bool", "Chunked prefill.", default=False, backends=TRTLLM),
+    Variable(
+        "normalize_log_probs",
+        "bool",
+        "Normalize output log probs.",
+        default=True,
+        backends=TRTLLM,
+    ),
+    Variable(
+        "cancellation_check_period_ms",
+        "int",
+        "How often the backend checks for cancelled requests.",
+        default=100,
+        backends=TRTLLM,
+        minimum=1,
+    ),
+    Variable(
+        "max_tokens_in_paged_kv_cache",
+        "str",
+        "KV cache size limit in tokens; empty: leave the parameter out (backend default).",
+        default="",
+        backends=TRTLLM,
+        pattern=r"^\d*$",
+    ),
+    Variable(
+        "max_attention_window_size",
+        "str",
+        "Comma-separated attention window sizes; empty: leave the parameter out.",
+        default="",
+        backends=TRTLLM,
+        pattern=_OPTIONAL_INT_LIST,
+    ),
+    Variable(
+        "gpu_device_ids",
+        "str",
+        "Comma-separated GPU ids for the engine; empty: leave the parameter out.",
+        default="",
+        backends=TRTLLM,
+        pattern=_OPTIONAL_INT_LIST,
+    ),
+    Variable(
+        "decoding_mode",
+        "choice",
+        "Engine decoding_mode; empty: leave the parameter out.",
+        default="",
+        backends=TRTLLM,
+        choices=("", "auto", "top_k", "top_p", "top_k_top_p", "beam_search", "medusa", "lookahead", "eagle"),
+    ),
+    Variable(
+        "guided_decoding_backend",
+        "choice",
+        "Guided decoding backend (variant current); empty: none.",
+        default="",
+        backends=TRTLLM,
+        choices=("", "xgrammar"),
+    ),
+)
+VARIABLES_BY_NAME: Final = {v.name: v for v in VARIABLES}
+# Set by the renderer itself, usable in templates and directives but not settable.
+_BUILTINS: Final = ("backend", "variant")
+
+_TRUE: Final = frozenset({"true", "1", "yes", "on"})
+_FALSE: Final = frozenset({"false", "0", "no", "off"})
+_FORBIDDEN_CHARS: Final = re.compile(r'["\\\n\r]|\$\{')
+_PLACEHOLDER: Final = re.compile(r"\$\{([^}]*)\}")
+_DIRECTIVE: Final = re.compile(r"^\s*#\s*@(\w+)\s*(.*?)\s*$")
+_CONDITION: Final = re.compile(r"^(?:(not)\s+(\w+)|(\w+)\s*(==|!=)\s*(\"\"|\S+)|(\w+))$")
+
+
+def _convert(var: Variable, raw: object) -> object:
+    """Check ``raw`` against ``var`` and return the typed value (strings from the CLI are parsed)."""
+    if var.kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise TemplateVariableError(var.name, f"expected a boolean (true/false), got {raw!r}")
+    if var.kind in ("int", "float"):
+        value: int | float
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            if var.kind == "int":
+                if isinstance(raw, float) and not raw.is_integer():
+                    raise ValueError
+                value = int(raw) if isinstance(raw, int | float) else int(str(raw).strip(), 10)
+            else:
+                value = float(raw) if isinstance(raw, int | float) else float(str(raw).strip())
+                if value != value or value in (float("inf"), float("-inf")):
+                    raise ValueError
+        except ValueError:
+            raise TemplateVariableError(
+                var.name, f"expected {'an integer' if var.kind == 'int' else 'a number'}, got {raw!r}"
+            ) from None
+        if var.minimum is not None and value < var.minimum:
+            raise TemplateVariableError(var.name, f"must be >= {var.minimum:g}, got {value!r}")
+        if var.maximum is not None and value > var.maximum:
+            raise TemplateVariableError(var.name, f"must be <= {var.maximum:g}, got {value!r}")
+        return value
+    if var.kind == "str" and isinstance(raw, int) and not isinstance(raw, bool):
+        # Numeric settings kept as strings only so that they can be left empty (max_tokens_in_paged_kv_cache).
+        raw = str(raw)
+    if not isinstance(raw, str | os.PathLike):
+        raise TemplateVariableError(var.name, f"expected a string, got {type(raw).__name__} {raw!r}")
+    text = os.fspath(raw)
+    if _FORBIDDEN_CHARS.search(text):
+        raise TemplateVariableError(
+            var.name, f"must not contain quotes, backslashes, newlines or '${{': {text!r}"
+        )
+    if var.kind == "choice" and text not in var.choices:
+        raise TemplateVariableError(
+            var.name, f"must be one of {', '.join(map(repr, var.choices))}, got {text!r}"
+        )
+    if var.kind == "path" and not text:
+        raise TemplateVariableError(var.name, "must not be empty")
+    if var.pattern is not None and not re.fullmatch(var.pattern, text):
+        raise TemplateVariableError(var.name, f"malformed value {text!r} (expected to match {var.pattern})")
+    return text
+
+
+def _as_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return format(value, "g")
+    return str(value)
+
+
+def resolve_variables(backend: str, variant: str, variables: Mapping[str, object]) -> dict[str, object]:
+    """Validate ``variables`` for ``backend``/``variant`` and return every applicable variable's typed value.
+
+    Raises TemplateVariableError naming the first unknown, inapplicable, malformed or missing variable.
+    """
+    if backend not in BACKENDS:
+        raise TemplateVariableError("backend", f"must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if variant not in VARIANTS:
+        raise TemplateVariableError("variant", f"must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    for name in variables:
+        var = VARIABLES_BY_NAME.get(name)
+        if var is None:
+            hint = " (set by --backend/--variant)" if name in _BUILTINS else ""
+            raise TemplateVariableError(
+                name, f"unknown variable{hint}; see `python -m deploy.model_repo variables`"
+            )
+        if backend not in var.backends:
+            only = ", ".join(sorted(var.backends))
+            raise TemplateVariableError(name, f"does not apply to backend {backend!r} (only {only})")
+    values: dict[str, object] = {"backend": backend, "variant": variant}
+    deferred: list[Variable] = []
+    for var in VARIABLES:
+        if backend not in var.backends:
+            continue
+        if var.name in variables:
+            values[var.name] = _convert(var, variables[var.name])
+        elif var.default_from is not None:
+            deferred.append(var)
+        elif var.required:
+            raise TemplateVariableError(var.name, f"required for backend {backend!r} but not given")
+        else:
+            values[var.name] = var.default
+    for var in deferred:
+        values[var.name] = values[var.default_from] if var.default_from else var.default
+    return values
+
+
+def _evaluate(condition: str, values: Mapping[str, object], where: str, *, skipped: bool) -> bool:
+    match = _CONDITION.match(condition)
+    if match is None:
+        raise TemplateSyntaxError(f"{where}: malformed condition {condition!r}")
+    negated_name, cmp_name, op, literal, bare_name = (match.group(i) for i in (2, 3, 4, 5, 6))
+    name = negated_name or cmp_name or bare_name
+    if name not in VARIABLES_BY_NAME and name not in _BUILTINS:
+        raise TemplateSyntaxError(f"{where}: condition uses unknown variable {name!r}")
+    if skipped:
+        # Inside a branch that is not rendered: the variable may not apply to this backend at all.
+        return False
+    if name not in values:
+        raise TemplateSyntaxError(f"{where}: condition uses {name!r}, which does not apply to this backend")
+    value = values[name]
+    if cmp_name is not None:
+        expected = "" if literal == '""' else literal
+        return (_as_text(value) == expected) == (op == "==")
+    if not isinstance(value, bool):
+        raise TemplateSyntaxError(f"{where}: {name!r} is not a boolean; compare it with == or !=")
+    return value != bool(negated_name)
+
+
+def render_text(text: str, values: Mapping[str, object], *, source: str = "<template>") -> str:
+    """Apply ``# @if/@else/@endif`` directives, then substitute ``${name}`` placeholders.
+
+    Unknown names in placeholders or conditions, unbalanced directives and anything left looking like
+    ``${...}`` are errors: a rendered file is either complete or not written at all.
+    """
+    out: list[str] = []
+    # Each frame: (this branch active, any enclosing frame inactive, seen @else, line of @if).
+    stack: list[tuple[bool, bool, bool, int]] = []
+    for lineno, line in enumerate(text.splitlines(keepends=True), start=1):
+        where = f"{source}:{lineno}"
+        directive = _DIRECTIVE.match(line)
+        if directive is not None:
+            keyword, argument = directive.groups()
+            parent_off = bool(stack) and not (stack[-1][0] and not stack[-1][1])
+            if keyword == "if":
+                stack.append(
+                    (_evaluate(argument, values, where, skipped=parent_off), parent_off, False, lineno)
+                )
+            elif keyword == "else":
+                if not stack or stack[-1][2] or argument:
+                    raise TemplateSyntaxError(f"{where}: unexpected @else")
+                active, off, _, start = stack.pop()
+                stack.append((not active, off, True, start))
+            elif keyword == "endif":
+                if not stack or argument:
+                    raise TemplateSyntaxError(f"{where}: unexpected @endif")
+                stack.pop()
+            else:
+                raise TemplateSyntaxError(f"{where}: unknown directive @{keyword}")
+            continue
+        if stack and not (stack[-1][0] and not stack[-1][1]):
+            continue
+        out.append(line)
+    if stack:
+        raise TemplateSyntaxError(f"{source}:{stack[-1][3]}: @if without @endif")
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise TemplateVariableError(name, f"used in {source} but not defined for this backend")
+        return _as_text(values[name])
+
+    rendered = _PLACEHOLDER.sub(substitute, "".join(out))
+    if "${" in rendered:
+        raise TemplateSyntaxError(f"{source}: unterminated '${{' left after rendering")
+    return rendered
+
+
+def parse_model_config(text: str, *, source: str) -> model_config_pb2.ModelConfig:
+    """Parse a config.pbtxt into Triton's ModelConfig, raising ModelConfigValidationError on failure."""
+    try:
+        return text_format.Parse(text, model_config_pb2.ModelConfig())
+    except text_format.ParseError as exc:
+        raise ModelConfigValidationError(source, f"does not parse as ModelConfig: {exc}") from None
+
+
+def load_model_configs(repo_dir: Path) -> dict[str, model_config_pb2.ModelConfig]:
+    """Every model's parsed config.pbtxt in a repository, by directory name."""
+    configs = {}
+    for config_file in sorted(Path(repo_dir).glob("*/config.pbtxt")):
+        configs[config_file.parent.name] = parse_model_config(
+            config_file.read_text(), source=str(config_file)
+        )
+    return configs
+
+
+def validate_repository(repo_dir: Path) -> dict[str, model_config_pb2.ModelConfig]:
+    """Parse every config.pbtxt and check names, Python model files and ensemble wiring."""
+    repo_dir = Path(repo_dir)
+    configs = load_model_configs(repo_dir)
+    if not configs:
+        raise ModelConfigValidationError(str(repo_dir), "no */config.pbtxt found")
+    for name, config in configs.items():
+        source = f"{name}/config.pbtxt"
+        if config.name and config.name != name:
+            raise ModelConfigValidationError(
+                source, f"name {config.name!r} differs from its directory {name!r}"
+            )
+        if config.backend == "python" and not (repo_dir / name / "1" / "model.py").is_file():
+            raise ModelConfigValidationError(source, "python backend but no 1/model.py")
+        if config.platform == "ensemble":
+            _validate_ensemble(name, config, configs)
+    return configs
+
+
+def _validate_ensemble(
+    name: str, ensemble: model_config_pb2.ModelConfig, configs: Mapping[str, model_config_pb2.ModelConfig]
+) -> None:
+    source = f"{name}/config.pbtxt"
+    dtype_name = model_config_pb2.DataType.Name
+    # Tensor name -> (data type, where it comes from).
+    available: dict[str, tuple[int, str]] = {t.name: (t.data_type, "ensemble input") for t in ensemble.input}
+    consumed: set[str] = set()
+    for index, step in enumerate(ensemble.ensemble_scheduling.step):
+        where = f"step {index} ({step.model_name})"
+        composing = configs.get(step.model_name)
+        if composing is None:
+            raise ModelConfigValidationError(
+                source, f"{where}: model {step.model_name!r} is not in the repository"
+            )
+        inputs = {t.name: t for t in composing.input}
+        outputs = {t.name: t for t in composing.output}
+        for key, value in step.input_map.items():
+            if key not in inputs:
+                raise ModelConfigValidationError(
+                    source, f"{where}: input_map key {key!r} is not an input of {step.model_name}"
+                )
+            if value not in available:
+                raise ModelConfigValidationError(
+                    source,
+                    f"{where}: input_map value {value!r} is neither an ensemble input nor produced by an "
+                    "earlier step",
+                )
+            produced_type, origin = available[value]
+            if produced_type != inputs[key].data_type:
+                raise ModelConfigValidationError(
+                    source,
+                    f"{where}: {value!r} ({origin}) is {dtype_name(produced_type)} but "
+                    f"{step.model_name} input {key!r} is {dtype_name(inputs[key].data_type)}",
+                )
+            consumed.add(value)
+        for key, tensor in inputs.items():
+            if not tensor.optional and key not in step.input_map:
+                raise ModelConfigValidationError(
+                    source, f"{where}: required input {key!r} of {step.model_name} is not mapped"
+                )
+        for key, value in step.output_map.items():
+            if key not in outputs:
+                raise ModelConfigValidationError(
+                    source, f"{where}: output_map key {key!r} is not an output of {step.model_name}"
+                )
+            if value in available:
+                raise ModelConfigValidationError(source, f"{where}: tensor {value!r} is produced twice")
+            available[value] = (outputs[key].data_type, f"output {key} of {step.model_name}")
+    for tensor in ensemble.input:
+        if tensor.name not in consumed:
+            raise ModelConfigValidationError(
+                source, f"ensemble input {tensor.name!r} is not used by any step"
+            )
+    seen_outputs: set[str] = set()
+    for tensor in ensemble.output:
+        if tensor.name in seen_outputs:
+            raise ModelConfigValidationError(source, f"ensemble output {tensor.name!r} is declared twice")
+        seen_outputs.add(tensor.name)
+        produced = available.get(tensor.name)
+        if produced is None or produced[1] == "ensemble input":
+            raise ModelConfigValidationError(
+                source, f"ensemble output {tensor.name!r} is not produced by any step"
+            )
+        if produced[0] != tensor.data_type:
+            raise ModelConfigValidationError(
+                source,
+                f"ensemble output {tensor.name!r} is declared {dtype_name(tensor.data_type)} but "
+                f"{produced[1]} is {dtype_name(produced[0])}",
+            )
+
+
+def _copy_model_files(src: Path, dst: Path, *, include_code: bool) -> None:
+    version_dir = dst / "1"
+    version_dir.mkdir(parents=True)
+    if not include_code:
+        return
+    for file in sorted((src / "1").rglob("*")):
+        if file.is_dir() or "__pycache__" in file.parts or file.suffix == ".pyc":
+            continue
+        target = version_dir / file.relative_to(src / "1")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
+
+
+def render_repository(
+    out_dir: Path,
+    *,
+    backend: str,
+    variant: str,
+    variables: Mapping[str, object],
+    overwrite: bool = False,
+    templates_dir: Path | None = None,
+) -> Path:
+    """Render the four models into ``out_dir`` (created; replaced only with ``overwrite``) and return it.
+
+    Everything is rendered and validated in a temporary sibling directory first and then renamed into
+    place, so a failure never leaves a partial repository behind.
+    """
+    templates = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
+    out_dir = Path(out_dir).absolute()
+    values = resolve_variables(backend, variant, variables)
+    if out_dir.exists() and not overwrite and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ModelRepoError(f"{out_dir} exists and is not empty (pass overwrite=True / --overwrite)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.render-", dir=out_dir.parent))
+    try:
+        prefix = str(values["name_prefix"])
+        for model in MODELS:
+            src = templates / model
+            dst = staging / f"{prefix}{model}"
+            template_file = src / "config.pbtxt"
+            text = render_text(
+                template_file.read_text(), values, source=str(template_file.relative_to(templates))
+            )
+            # The C++ tensorrtllm backend needs only config.pbtxt and an (empty) version directory.
+            _copy_model_files(src, dst, include_code=not (model == "tensorrt_llm" and backend != "cpu"))
+            (dst / "config.pbtxt").write_text(text)
+        validate_repository(staging)
+        staging.chmod(0o755)
+        if out_dir.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            out_dir.rename(retired / "repo")
+            staging.rename(out_dir)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            staging.rename(out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    logger.info("rendered %s/%s model repository in %s", backend, variant, out_dir)
+    return out_dir
+
+
+def _parse_assignments(assignments: Sequence[str]) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for item in assignments:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise TemplateVariableError(item, "expected --set key=value")
+        result[name.strip()] = value
+    return result
+
+
+def _variables_table(backend: str | None) -> str:
+    lines = []
+    for var in VARIABLES:
+        if backend is not None and backend not in var.backends:
+            continue
+        if var.required:
+            default = "(required)"
+        elif var.default_from is not None:
+            default = f"(default: {var.default_from})"
+        else:
+            default = repr(_as_text(var.default))
+        scope = "" if var.backends == BOTH else f" [{', '.join(sorted(var.backends))} only]"
+        choices = f" One of: {', '.join(repr(c) for c in var.choices)}." if var.choices else ""
+        lines.append(f"{var.name} = {default}{scope}\n    {var.description}{choices}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.model_repo", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    render = sub.add_parser("render", help="render a model repository")
+    render.add_argument("--backend", required=True, choices=BACKENDS)
+    render.add_argument("--variant", default="current", choices=VARIANTS)
+    render.add_argument("--out", required=True, type=Path, help="repository directory to create")
+    render.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE")
+    render.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out")
+    listing = sub.add_parser("variables", help="list template variables with defaults and descriptions")
+    listing.add_argument("--backend", choices=BACKENDS, default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.command == "variables":
+        sys.stdout.write(_variables_table(args.backend))
+        return 0
+    try:
+        out = render_repository(
+            args.out,
+            backend=args.backend,
+            variant=args.variant,
+            variables=_parse_assignments(args.assignments),
+            overwrite=args.overwrite,
+        )
+    except ModelRepoError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    sys.stdout.write(f"{out}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

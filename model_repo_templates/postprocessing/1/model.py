@@ -1,0 +1,62 @@
+"""Triton Python-backend postprocessing: engine token ids -> OUTPUT bytes (stock tensor names).
+
+OUTPUT is the exact surface bytes of the tokens (see token_bytes.py), not each response decoded on
+its own: joining a stream's OUTPUT bytes gives exactly the text even when a token is half a UTF-8
+character or starts a SentencePiece word. A whole sequence gives the same bytes at once, so the only
+difference from ``tokenizer.decode`` is that a SentencePiece text keeps its first word's leading space
+(as the continuation of a prompt does) and no clean-up of tokenization spaces is applied.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from token_bytes import TokenBytes
+from transformers import AutoTokenizer
+
+_TRUE = ("true", "1", "yes", "on")
+
+
+def _parameter(config: dict[str, Any], key: str, default: str) -> str:
+    value = config.get("parameters", {}).get(key, {}).get("string_value", "")
+    return value if value and not value.startswith("${") else default
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        tokenizer_dir = _parameter(config, "tokenizer_dir", "")
+        if not tokenizer_dir:
+            raise pb_utils.TritonModelException("parameter tokenizer_dir is required")
+        skip_special_tokens = _parameter(config, "skip_special_tokens", "true").lower() in _TRUE
+        self.token_bytes = TokenBytes(
+            AutoTokenizer.from_pretrained(tokenizer_dir), skip_special_tokens=skip_special_tokens
+        )
+
+    def _respond(self, request: Any) -> Any:
+        tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()
+        lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()
+        if tokens.ndim == 2:
+            tokens = tokens[:, None, :]
+        lengths = lengths.reshape(tokens.shape[0], -1)
+        out = np.empty(tokens.shape[:2], dtype=object)
+        for b in range(tokens.shape[0]):
+            for beam in range(tokens.shape[1]):
+                out[b, beam] = self.token_bytes.join(
+                    [int(t) for t in tokens[b, beam, : int(lengths[b, beam])]]
+                )
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", out)])
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            try:
+                responses.append(self._respond(request))
+            except Exception as exc:
+                responses.append(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(f"postprocessing: {exc}"))
+                )
+        return responses

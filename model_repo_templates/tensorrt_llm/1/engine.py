@@ -1,0 +1,745 @@
+"""In-flight batching engine behind the CPU reference ``tensorrt_llm`` model; no Triton imports.
+
+One loop thread steps every active sequence together: each step it drops cancelled requests, runs one
+batched decode forward (KV cache, left-padded rows) for the running sequences, prefills newly arrived
+requests so they join the batch, and emits one token per active sequence. Responses follow the
+TensorRT-LLM backend: streaming sends each step's new token then an empty final response; non-streaming
+sends each sequence whole (prompt included unless excluded). ``synthetic`` mode replaces the model by a
+deterministic token function so load tests measure the gateway rather than CPU matrix products.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+NEG_INF = float("-inf")
+
+
+class EngineError(ValueError):
+    """A request the engine cannot serve; it becomes an error response, never a crash."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SamplingParams:
+    """Per-sequence decoding parameters, with TensorRT-LLM's meanings.
+
+    Greedy decoding happens when temperature == 0, top_k == 1, or neither top_k nor top_p is set
+    (both 0): like TensorRT-LLM, a temperature alone does not turn sampling on.
+    """
+
+    max_new_tokens: int
+    end_id: int | None = None
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 0.0
+    seed: int = 0
+    min_tokens: int = 0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop_words: tuple[tuple[int, ...], ...] = ()
+    bad_words: tuple[tuple[int, ...], ...] = ()
+    embedding_bias: np.ndarray | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1 or (self.top_k <= 0 and self.top_p <= 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOptions:
+    """What a request asked to get back, besides the tokens."""
+
+    streaming: bool = False
+    exclude_input: bool = False
+    return_log_probs: bool = False
+    return_context_logits: bool = False
+    return_generation_logits: bool = False
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
+    return_perf_metrics: bool = False
+
+
+class ResponseSink(Protocol):
+    """Where a request's responses go (the Triton response sender in production, a list in tests)."""
+
+    def is_cancelled(self) -> bool: ...
+
+    def send(
+        self, tensors: dict[str, np.ndarray] | None, *, final: bool, error: str | None = None
+    ) -> None: ...
+
+
+@dataclass(eq=False)
+class RequestGroup:
+    """One Triton request: ``len(prompts)`` batch rows x ``num_return_sequences`` sequences.
+
+    It is final when all of its sequences are; ``declared_outputs`` limits the tensors sent to those
+    the model config declares (the legacy contract has fewer).
+    """
+
+    prompts: list[list[int]]
+    params: list[SamplingParams]
+    options: OutputOptions
+    sink: ResponseSink
+    declared_outputs: frozenset[str]
+    num_return_sequences: int = 1
+    request_id: str = ""
+    arrival_ns: int = field(default_factory=time.time_ns)
+    # Sequences not finished yet, and (non-streaming) sequences whose result is not sent yet.
+    unfinished: int = 0
+    unsent_results: int = 0
+    closed: bool = False
+
+
+@dataclass(eq=False)
+class _Sequence:
+    uid: int
+    group: RequestGroup
+    row: int
+    index: int
+    prompt: list[int]
+    params: SamplingParams
+    generator: Any = None
+    synthetic_base: int = 0
+    generated: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    generation_logits: list[np.ndarray] = field(default_factory=list)
+    context_logits: np.ndarray | None = None
+    # Tokens appended this step and not yet sent (streaming sends them at the end of the step).
+    unsent: int = 0
+    finished: bool = False
+    in_runner: bool = False
+    first_scheduled_ns: int = 0
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats:
+    """What the loop reports after each step (exported as Triton metrics by the model)."""
+
+    active_requests: int
+    waiting_requests: int
+    scheduled_sequences: int
+    context_requests: int
+    context_tokens: int
+    generation_sequences: int
+    steps_total: int
+    generated_tokens_total: int
+    completed_requests_total: int
+    cancelled_requests_total: int
+    max_batch_size: int
+
+
+def _mix64(value: int) -> int:
+    """SplitMix64 finalizer: a cheap, well-distributed 64-bit hash of an integer."""
+    value = (value + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    value = ((value ^ (value >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    value = ((value ^ (value >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return value ^ (value >> 31)
+
+
+def synthetic_token(candidates: Sequence[int], base: int, position: int) -> int:
+    """The synthetic engine's token at ``position`` (0-based among generated tokens).
+
+    ``base`` is ``synthetic_base(prompt, seed, sequence_index)``; the token is
+    ``candidates[splitmix64(base + position) % len(candidates)]``, so it depends only on the prompt,
+    the seed, the sequence index and the position.
+    """
+    return candidates[_mix64(base + position) % len(candidates)]
+
+
+def synthetic_base(prompt: Sequence[int], seed: int, sequence_index: int) -> int:
+    digest = hashlib.blake2b(
+        np.asarray(prompt, dtype="<i4").tobytes() + int(seed).to_bytes(8, "little", signed=False),
+        digest_size=8,
+        person=sequence_index.to_bytes(4, "little"),
+    ).digest()
+    return int.from_bytes(digest, "little")
+
+
+class TransformersRunner:
+    """A transformers causal LM with one batched KV cache; rows are left-padded to a common length.
+
+    Each row's cache holds its prompt and generated tokens except the last one, which is fed by the next
+    decode step at its true position; the attention mask hides the left padding. A single sequence is
+    computed exactly as ``model.generate`` computes it.
+    """
+
+    def __init__(self, model_dir: str, threads: int) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(threads)
+        self._torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.model.eval()
+        config = self.model.config
+        self.vocab_size = int(config.get_text_config().vocab_size)
+        self.max_positions: int | None = getattr(config.get_text_config(), "max_position_embeddings", None)
+        self._keys: list[Any] = []
+        self._values: list[Any] = []
+        self._uids: list[int] = []
+        self._pads: list[int] = []
+
+    @property
+    def batch_size(self) -> int:
+        return len(self._uids)
+
+    def prefill(self, prompt: list[int], want_context_logits: bool) -> tuple[Any, np.ndarray | None, Any]:
+        torch = self._torch
+        with torch.inference_mode():
+            out = self.model(input_ids=torch.tensor([prompt], dtype=torch.long), use_cache=True)
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        context = out.logits[0].float().numpy().copy() if want_context_logits else None
+        return out.logits[0, -1].float(), context, kv
+
+    def add(self, uids: list[int], kv: list[tuple[Any, Any]]) -> None:
+        torch = self._torch
+        pad = torch.nn.functional.pad
+        length = int(kv[0][0].shape[2])
+        if not self._uids:
+            self._keys = [k.expand(len(uids), -1, -1, -1).contiguous() for k, _ in kv]
+            self._values = [v.expand(len(uids), -1, -1, -1).contiguous() for _, v in kv]
+            self._uids = list(uids)
+            self._pads = [0] * len(uids)
+            return
+        current = int(self._keys[0].shape[2])
+        target = max(current, length)
+        grow_old, grow_new = target - current, target - length
+        self._keys = [
+            torch.cat(
+                [pad(old, (0, 0, grow_old, 0)), pad(k, (0, 0, grow_new, 0)).expand(len(uids), -1, -1, -1)]
+            )
+            for old, (k, _) in zip(self._keys, kv, strict=True)
+        ]
+        self._values = [
+            torch.cat(
+                [pad(old, (0, 0, grow_old, 0)), pad(v, (0, 0, grow_new, 0)).expand(len(uids), -1, -1, -1)]
+            )
+            for old, (_, v) in zip(self._values, kv, strict=True)
+        ]
+        self._pads = [p + grow_old for p in self._pads] + [grow_new] * len(uids)
+        self._uids.extend(uids)
+
+    def remove(self, uids: Iterable[int]) -> None:
+        gone = set(uids)
+        keep = [i for i, uid in enumerate(self._uids) if uid not in gone]
+        if len(keep) == len(self._uids):
+            return
+        if not keep:
+            self._keys, self._values, self._uids, self._pads = [], [], [], []
+            return
+        torch = self._torch
+        index = torch.tensor(keep, dtype=torch.long)
+        self._uids = [self._uids[i] for i in keep]
+        self._pads = [self._pads[i] for i in keep]
+        # Columns that are padding in every remaining row are dead weight in every later step.
+        trim = min(self._pads)
+        self._keys = [k.index_select(0, index)[:, :, trim:] for k in self._keys]
+        self._values = [v.index_select(0, index)[:, :, trim:] for v in self._values]
+        self._pads = [p - trim for p in self._pads]
+
+    def decode(self, feed: dict[int, int]) -> dict[int, Any]:
+        """One batched forward of every row's pending token; returns each row's next-token logits."""
+        from transformers import DynamicCache
+
+        torch = self._torch
+        length = int(self._keys[0].shape[2])
+        input_ids = torch.tensor([[feed[uid]] for uid in self._uids], dtype=torch.long)
+        mask = torch.ones((len(self._uids), length + 1), dtype=torch.long)
+        for row, pad in enumerate(self._pads):
+            mask[row, :pad] = 0
+        positions = torch.tensor([[length - pad] for pad in self._pads], dtype=torch.long)
+        cache = DynamicCache(ddp_cache_data=list(zip(self._keys, self._values, strict=True)))
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+        self._keys = [layer.keys for layer in out.past_key_values.layers]
+        self._values = [layer.values for layer in out.past_key_values.layers]
+        logits = out.logits[:, -1].float()
+        return {uid: logits[row] for row, uid in enumerate(self._uids)}
+
+
+def _ends_with(tokens: list[int], word: tuple[int, ...]) -> bool:
+    return len(tokens) >= len(word) and tuple(tokens[-len(word) :]) == word
+
+
+class Engine:
+    """The in-flight batching loop. ``submit`` and ``stop_request`` may be called from any thread."""
+
+    def __init__(
+        self,
+        *,
+        runner: TransformersRunner | None,
+        synthetic_candidates: Sequence[int] = (),
+        synthetic_step_s: float = 0.0,
+        max_active: int = 1024,
+        on_step: Callable[[StepStats], None] | None = None,
+    ) -> None:
+        if runner is None and not synthetic_candidates:
+            raise ValueError("synthetic mode needs candidate token ids")
+        self._runner = runner
+        self._candidates = list(synthetic_candidates)
+        self._step_s = synthetic_step_s
+        self._max_active = max_active
+        self._on_step = on_step
+        self._lock = threading.Condition()
+        self._pending: collections.deque[RequestGroup] = collections.deque()
+        self._stop_ids: set[str] = set()
+        self._active: list[_Sequence] = []
+        self._groups: dict[int, RequestGroup] = {}
+        self._next_uid = 0
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._steps = 0
+        self._tokens = 0
+        self._completed = 0
+        self._cancelled = 0
+        self._max_batch = 0
+
+    @property
+    def vocab_size(self) -> int | None:
+        return self._runner.vocab_size if self._runner is not None else None
+
+    @property
+    def max_positions(self) -> int | None:
+        return self._runner.max_positions if self._runner is not None else None
+
+    def start(self) -> None:
+        self._running = True
+        self._thread = threading.Thread(target=self._loop, name="cpu-engine-loop", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._running = False
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        leftovers = {id(s.group): s.group for s in self._active}
+        leftovers.update({id(g): g for g in self._pending})
+        for group in leftovers.values():
+            self._fail(group, "the engine is shutting down")
+
+    def submit(self, group: RequestGroup) -> None:
+        for prompt, params in zip(group.prompts, group.params, strict=True):
+            self._check_request(prompt, params)
+        group.unfinished = group.unsent_results = len(group.prompts) * group.num_return_sequences
+        with self._lock:
+            self._pending.append(group)
+            self._lock.notify_all()
+
+    def stop_request(self, request_id: str) -> None:
+        """The ``stop`` input: finish the in-flight requests with this id at the next step."""
+        with self._lock:
+            self._stop_ids.add(request_id)
+            self._lock.notify_all()
+
+    def _check_request(self, prompt: list[int], params: SamplingParams) -> None:
+        if not prompt:
+            raise EngineError("input_ids must not be empty")
+        if params.max_new_tokens < 1:
+            raise EngineError(f"request_output_len must be >= 1, got {params.max_new_tokens}")
+        vocab = self.vocab_size
+        if vocab is not None:
+            bad = [t for t in prompt if not 0 <= t < vocab]
+            if bad:
+                raise EngineError(f"input_ids out of the vocabulary range [0, {vocab}): {bad[:5]}")
+            if params.embedding_bias is not None and params.embedding_bias.size > vocab:
+                raise EngineError(
+                    f"embedding_bias has {params.embedding_bias.size} entries, vocabulary is {vocab}"
+                )
+        limit = self.max_positions
+        if limit is not None and len(prompt) + params.max_new_tokens > limit:
+            raise EngineError(
+                f"input length {len(prompt)} + request_output_len {params.max_new_tokens} exceeds the "
+                f"model's maximum sequence length {limit}"
+            )
+        if params.temperature < 0 or params.top_k < 0 or not 0.0 <= params.top_p <= 1.0:
+            raise EngineError("temperature and runtime_top_k must be >= 0 and runtime_top_p in [0, 1]")
+        if params.repetition_penalty <= 0:
+            raise EngineError("repetition_penalty must be > 0")
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_step = time.monotonic()
+        while True:
+            with self._lock:
+                while self._running and not self._active and not self._pending:
+                    self._lock.wait()
+                if not self._running:
+                    return
+            if self._runner is None and self._step_s > 0:
+                # Synthetic pacing: a fixed step interval, like a real engine's per-iteration latency.
+                delay = next_step - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                next_step = max(next_step + self._step_s, time.monotonic())
+            try:
+                self._step()
+            except Exception:
+                logger.exception("engine step failed; failing the active requests")
+                for group in {id(s.group): s.group for s in self._active}.values():
+                    self._fail(group, "internal engine error (see the server log)")
+                self._purge_finished()
+
+    def _step(self) -> None:
+        with self._lock:
+            stop_ids, self._stop_ids = self._stop_ids, set()
+        self._drop_cancelled(stop_ids)
+        running = [s for s in self._active if not s.finished]
+        if running:
+            self._decode(running)
+        admitted, context_tokens, context_requests = self._admit(stop_ids)
+        now = time.time_ns()
+        scheduled = running + admitted
+        for seq in scheduled:
+            if seq.unsent:
+                seq.last_token_ns = now
+                if not seq.first_token_ns:
+                    seq.first_token_ns = now
+        self._emit(scheduled)
+        self._steps += 1
+        self._max_batch = max(self._max_batch, len(scheduled))
+        self._purge_finished()
+        if self._on_step is not None:
+            with self._lock:
+                waiting = sum(len(g.prompts) * g.num_return_sequences for g in self._pending)
+            self._report(
+                StepStats(
+                    active_requests=len({id(s.group) for s in self._active}) + len(self._pending),
+                    waiting_requests=waiting,
+                    scheduled_sequences=len(scheduled),
+                    context_requests=context_requests,
+                    context_tokens=context_tokens,
+                    generation_sequences=len(running),
+                    steps_total=self._steps,
+                    generated_tokens_total=self._tokens,
+                    completed_requests_total=self._completed,
+                    cancelled_requests_total=self._cancelled,
+                    max_batch_size=self._max_batch,
+                )
+            )
+
+    def _purge_finished(self) -> None:
+        done = [s for s in self._active if s.finished or s.group.closed]
+        if done:
+            if self._runner is not None:
+                self._runner.remove(s.uid for s in done if s.in_runner)
+            self._active = [s for s in self._active if not (s.finished or s.group.closed)]
+
+    def _report(self, stats: StepStats) -> None:
+        # Observability must never take requests down with it.
+        try:
+            if self._on_step is not None:
+                self._on_step(stats)
+        except Exception:
+            logger.exception("reporting engine statistics failed")
+
+    def _drop_cancelled(self, stop_ids: set[str]) -> None:
+        groups = {id(s.group): s.group for s in self._active}
+        for group in groups.values():
+            if group.closed:
+                continue
+            if group.sink.is_cancelled():
+                self._cancelled += 1
+                self._close(group, error="request cancelled")
+            elif group.request_id and group.request_id in stop_ids:
+                self._stop_group(group)
+        self._purge_finished()
+
+    def _stop_group(self, group: RequestGroup) -> None:
+        """Finish a request early (``stop`` input), sending what it generated so far."""
+        unfinished = [s for s in self._active if s.group is group and not s.finished]
+        for seq in unfinished:
+            self._finish(seq)
+        if group.options.streaming:
+            self._send(group, None, final=True)
+        else:
+            for seq in unfinished:
+                group.unsent_results -= 1
+                tensors = self._tensors(seq, self._full_output(seq), streamed=False)
+                self._send(group, tensors, final=group.unsent_results == 0)
+        group.closed = True
+        self._completed += 1
+
+    def _admit(self, stop_ids: set[str]) -> tuple[list[_Sequence], int, int]:
+        admitted: list[_Sequence] = []
+        context_tokens = context_requests = 0
+        while True:
+            with self._lock:
+                if not self._pending:
+                    break
+                group = self._pending[0]
+                size = len(group.prompts) * group.num_return_sequences
+                # An oversized group still runs alone rather than waiting forever.
+                if self._active and len(self._active) + len(admitted) + size > self._max_active:
+                    break
+                self._pending.popleft()
+            if group.sink.is_cancelled():
+                self._cancelled += 1
+                self._close(group, error="request cancelled")
+                continue
+            if group.request_id and group.request_id in stop_ids:
+                self._close(group, error=None)
+                continue
+            context_requests += 1
+            try:
+                for row, (prompt, params) in enumerate(zip(group.prompts, group.params, strict=True)):
+                    admitted.extend(self._start_row(group, row, prompt, params))
+                    context_tokens += len(prompt)
+            except Exception as exc:
+                logger.exception("prefill failed")
+                for seq in admitted:
+                    if seq.group is group and seq.in_runner and self._runner is not None:
+                        self._runner.remove([seq.uid])
+                admitted = [s for s in admitted if s.group is not group]
+                self._fail(group, f"prefill failed: {exc}")
+        self._active.extend(admitted)
+        return admitted, context_tokens, context_requests
+
+    def _start_row(
+        self, group: RequestGroup, row: int, prompt: list[int], params: SamplingParams
+    ) -> list[_Sequence]:
+        now = time.time_ns()
+        seqs = []
+        for index in range(group.num_return_sequences):
+            self._next_uid += 1
+            seq = _Sequence(self._next_uid, group, row, index, prompt, params, first_scheduled_ns=now)
+            seqs.append(seq)
+        if self._runner is None:
+            for seq in seqs:
+                seq.synthetic_base = synthetic_base(prompt, params.seed, seq.index)
+                self._accept(seq, synthetic_token(self._candidates, seq.synthetic_base, 0), 0.0, None)
+            return seqs
+        import torch
+
+        last_logits, context, kv = self._runner.prefill(prompt, group.options.return_context_logits)
+        for seq in seqs:
+            seq.context_logits = context
+            if not params.greedy:
+                # Sequences of one request sample independently: each index gets its own stream.
+                seq.generator = torch.Generator().manual_seed((params.seed + seq.index * 0x9E3779B1) % 2**63)
+            self._sample_and_accept(seq, last_logits)
+        live = [s for s in seqs if not s.finished]
+        if live:
+            self._runner.add([s.uid for s in live], kv)
+            for seq in live:
+                seq.in_runner = True
+        return seqs
+
+    def _decode(self, running: list[_Sequence]) -> None:
+        if self._runner is None:
+            for seq in running:
+                self._accept(
+                    seq, synthetic_token(self._candidates, seq.synthetic_base, len(seq.generated)), 0.0, None
+                )
+            return
+        logits = self._runner.decode({s.uid: s.generated[-1] for s in running})
+        for seq in running:
+            self._sample_and_accept(seq, logits[seq.uid])
+
+    def _sample_and_accept(self, seq: _Sequence, logits: Any) -> None:
+        import torch
+
+        params = seq.params
+        scores = logits.clone()
+        if params.embedding_bias is not None and params.embedding_bias.size:
+            bias = torch.from_numpy(np.asarray(params.embedding_bias, dtype=np.float32))
+            scores[: bias.numel()] += bias
+        self._apply_penalties(seq, scores)
+        for word in params.bad_words:
+            if len(word) == 1 or _ends_with(seq.generated, word[:-1]):
+                scores[word[-1]] = NEG_INF
+        if (
+            params.end_id is not None
+            and 0 <= params.end_id < scores.numel()
+            and len(seq.generated) < params.min_tokens
+        ):
+            scores[params.end_id] = NEG_INF
+        if params.greedy:
+            token = int(torch.argmax(scores))
+            log_probs = torch.log_softmax(scores, dim=-1)
+        else:
+            scores = scores / params.temperature
+            log_probs = torch.log_softmax(scores, dim=-1)
+            token = self._sample(scores, params, seq.generator)
+        raw = logits.numpy().copy() if seq.group.options.return_generation_logits else None
+        self._accept(seq, token, float(log_probs[token]), raw)
+
+    @staticmethod
+    def _apply_penalties(seq: _Sequence, scores: Any) -> None:
+        import torch
+
+        params = seq.params
+        if params.repetition_penalty != 1.0:
+            seen = torch.tensor(sorted(set(seq.prompt) | set(seq.generated)), dtype=torch.long)
+            picked = scores[seen]
+            scores[seen] = torch.where(
+                picked > 0, picked / params.repetition_penalty, picked * params.repetition_penalty
+            )
+        if (params.presence_penalty or params.frequency_penalty) and seq.generated:
+            ids, counts = np.unique(np.asarray(seq.generated), return_counts=True)
+            index = torch.from_numpy(ids.astype(np.int64))
+            penalty = params.presence_penalty + params.frequency_penalty * torch.from_numpy(
+                counts.astype(np.float32)
+            )
+            scores[index] -= penalty
+
+    @staticmethod
+    def _sample(scores: Any, params: SamplingParams, generator: Any) -> int:
+        import torch
+
+        if params.top_k > 0:
+            k = min(params.top_k, scores.numel())
+            threshold = torch.topk(scores, k).values[-1]
+            scores = scores.masked_fill(scores < threshold, NEG_INF)
+        probs = torch.softmax(scores, dim=-1)
+        if 0.0 < params.top_p < 1.0:
+            sorted_probs, order = torch.sort(probs, descending=True)
+            cumulative = torch.cumsum(sorted_probs, dim=-1)
+            # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+            drop = cumulative - sorted_probs >= params.top_p
+            sorted_probs[drop] = 0.0
+            probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
+        return int(torch.multinomial(probs, 1, generator=generator))
+
+    def _accept(self, seq: _Sequence, token: int, log_prob: float, logits: np.ndarray | None) -> None:
+        params = seq.params
+        if params.end_id is not None and token == params.end_id:
+            # Like TensorRT-LLM, the end token is not part of the output.
+            self._finish(seq)
+            return
+        seq.generated.append(token)
+        seq.log_probs.append(log_prob)
+        if logits is not None:
+            seq.generation_logits.append(logits)
+        seq.unsent += 1
+        self._tokens += 1
+        if len(seq.generated) >= params.max_new_tokens or any(
+            _ends_with(seq.generated, w) for w in params.stop_words
+        ):
+            self._finish(seq)
+
+    def _finish(self, seq: _Sequence) -> None:
+        if not seq.finished:
+            seq.finished = True
+            seq.group.unfinished -= 1
+
+    # ---- responses --------------------------------------------------------------------------------
+
+    def _emit(self, scheduled: list[_Sequence]) -> None:
+        for seq in scheduled:
+            group = seq.group
+            if group.closed:
+                continue
+            if group.options.streaming:
+                if seq.unsent:
+                    self._send(
+                        group, self._tensors(seq, seq.generated[-seq.unsent :], streamed=True), final=False
+                    )
+            elif seq.finished:
+                group.unsent_results -= 1
+                tensors = self._tensors(seq, self._full_output(seq), streamed=False)
+                self._send(group, tensors, final=group.unsent_results == 0)
+            seq.unsent = 0
+        for group in {id(s.group): s.group for s in scheduled}.values():
+            if not group.closed and group.unfinished == 0:
+                # Streaming ends with an empty final response once every sequence of the request is done.
+                if group.options.streaming:
+                    self._send(group, None, final=True)
+                group.closed = True
+                self._completed += 1
+
+    def _full_output(self, seq: _Sequence) -> list[int]:
+        return seq.generated if seq.group.options.exclude_input else seq.prompt + seq.generated
+
+    def _tensors(self, seq: _Sequence, tokens: list[int], *, streamed: bool) -> dict[str, np.ndarray]:
+        group, options, declared = seq.group, seq.group.options, seq.group.declared_outputs
+        count = len(tokens)
+        new = len(tokens) if streamed else len(seq.generated)
+        tensors = {
+            "output_ids": np.asarray(tokens, dtype=np.int32).reshape(1, 1, count),
+            "sequence_length": np.asarray([[count]], dtype=np.int32),
+        }
+        if options.return_log_probs:
+            span = seq.log_probs[-new:] if new else []
+            tensors["cum_log_probs"] = np.asarray([[sum(seq.log_probs)]], dtype=np.float32)
+            tensors["output_log_probs"] = np.asarray(span, dtype=np.float32).reshape(1, 1, len(span))
+        if options.return_generation_logits and seq.generation_logits:
+            rows = seq.generation_logits[-new:] if new else []
+            if rows:
+                tensors["generation_logits"] = np.stack(rows)[None, None].astype(np.float32)
+        first_response = not streamed or len(seq.generated) == new
+        if options.return_context_logits and seq.context_logits is not None and first_response:
+            tensors["context_logits"] = seq.context_logits[None].astype(np.float32)
+        if len(group.prompts) > 1:
+            tensors["batch_index"] = np.asarray([[seq.row]], dtype=np.int32)
+        if group.num_return_sequences > 1:
+            tensors["sequence_index"] = np.asarray([[seq.index]], dtype=np.int32)
+        # Streaming counts are per response, so a client summing them gets the totals.
+        if options.return_num_input_tokens and first_response:
+            tensors["num_input_tokens"] = np.asarray([[len(seq.prompt)]], dtype=np.int32)
+        if options.return_num_output_tokens:
+            tensors["num_output_tokens"] = np.asarray([[new]], dtype=np.int32)
+        if options.return_perf_metrics:
+            # No paged KV cache and no speculative decoding here: block counts and draft stats are zero.
+            for name in (
+                "kv_cache_alloc_new_blocks",
+                "kv_cache_reused_blocks",
+                "kv_cache_alloc_total_blocks",
+            ):
+                tensors[name] = np.zeros((1, 1), dtype=np.int32)
+            tensors["arrival_time_ns"] = np.asarray([[group.arrival_ns]], dtype=np.int64)
+            tensors["first_scheduled_time_ns"] = np.asarray([[seq.first_scheduled_ns]], dtype=np.int64)
+            tensors["first_token_time_ns"] = np.asarray([[seq.first_token_ns]], dtype=np.int64)
+            tensors["last_token_time_ns"] = np.asarray([[seq.last_token_ns]], dtype=np.int64)
+            tensors["acceptance_rate"] = np.zeros((1, 1), dtype=np.float32)
+            tensors["total_accepted_draft_tokens"] = np.zeros((1, 1), dtype=np.int32)
+            tensors["total_draft_tokens"] = np.zeros((1, 1), dtype=np.int32)
+        return {name: value for name, value in tensors.items() if name in declared}
+
+    def _send(self, group: RequestGroup, tensors: dict[str, np.ndarray] | None, *, final: bool) -> None:
+        try:
+            group.sink.send(tensors, final=final)
+        except Exception:
+            # The client is gone or the response is malformed; the request cannot continue either way.
+            logger.exception("sending a response failed; dropping the request")
+            if not final:
+                self._close(group, error=None)
+
+    def _close(self, group: RequestGroup, *, error: str | None) -> None:
+        """End a request now: mark its sequences finished and send the final response."""
+        if group.closed:
+            return
+        group.closed = True
+        for seq in self._active:
+            if seq.group is group and not seq.finished:
+                seq.finished = True
+        group.unfinished = group.unsent_results = 0
+        try:
+            group.sink.send(None, final=True, error=error)
+        except Exception:
+            logger.exception("sending the final response failed")
+
+    def _fail(self, group: RequestGroup, message: str) -> None:
+        self._close(group, error=message)
