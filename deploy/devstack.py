@@ -1,0 +1,450 @@
+"""Run the real tritonserver bundled in the nvidia-pytriton wheel on rendered CPU model repositories.
+
+``TritonServer`` starts it (free ports, log file, readiness poll, clean shutdown of the whole process
+group); ``prepare_dev_repository`` builds the tiny model when needed and renders the CPU repository;
+``python -m deploy.devstack`` does both and serves until Ctrl-C/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+from deploy.model_repo import render_repository
+from deploy.tiny_model import build_tiny_model, default_cache_root
+
+logger = logging.getLogger(__name__)
+
+_POLL_S: Final = 0.2
+_LOG_TAIL_LINES: Final = 40
+
+
+class TritonStartError(RuntimeError):
+    """tritonserver exited or did not become ready; the message includes the end of its log."""
+
+
+@dataclass(frozen=True, slots=True)
+class TritonInstallation:
+    """Where the pieces of the wheel's CPU tritonserver live."""
+
+    binary: Path
+    backends_dir: Path
+    stub: Path
+    libs_dir: Path
+
+
+def find_triton() -> TritonInstallation:
+    """Locate tritonserver, its backends, the Python-backend stub for this interpreter and its libraries."""
+    import pytriton
+
+    root = Path(pytriton.__file__).resolve().parent
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    installation = TritonInstallation(
+        binary=root / "tritonserver" / "bin" / "tritonserver",
+        backends_dir=root / "tritonserver" / "backends",
+        stub=root / "tritonserver" / "python_backend_stubs" / version / "triton_python_backend_stub",
+        libs_dir=root.parent / "nvidia_pytriton.libs",
+    )
+    for path in (installation.binary, installation.backends_dir, installation.stub, installation.libs_dir):
+        if not path.exists():
+            raise TritonStartError(f"nvidia-pytriton installation incomplete: {path} is missing")
+    return installation
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on 127.0.0.1 (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+        return True
+
+
+def _distinct_free_ports(count: int) -> list[int]:
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def server_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment tritonserver and its Python stubs need to run on this interpreter's packages.
+
+    The stub embeds CPython and ignores PYTHONPATH; it finds its prefix like a ``python3`` on PATH
+    would. With this interpreter's bin directory first on PATH, a venv's ``python3`` is found next to
+    its ``pyvenv.cfg``, so the stub gets the venv's site-packages (torch, transformers, ...). Its
+    libpython must be this interpreter's (LIBDIR first), or C extensions fail with undefined symbols.
+    """
+    env = dict(os.environ if base is None else base)
+    installation = find_triton()
+    bin_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(
+        [bin_dir, *(p for p in env.get("PATH", "").split(os.pathsep) if p and p != bin_dir)]
+    )
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    ld_path = [libdir, str(installation.libs_dir), *env.get("LD_LIBRARY_PATH", "").split(os.pathsep)]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in ld_path if p)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+_LIVE_SERVERS: weakref.WeakSet[TritonServer] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_live_servers() -> None:
+    for server in list(_LIVE_SERVERS):
+        server.stop()
+
+
+class TritonServer:
+    """One tritonserver process serving ``repositories``; a context manager.
+
+    Ports not given are chosen free; ``grpc_url`` is ``127.0.0.1:PORT`` (for tritonclient.grpc),
+    ``http_url`` and ``metrics_url`` are full URLs. The server runs in its own process group, so
+    ``stop`` also reaches the Python stubs it started, and leaves no orphans.
+    """
+
+    def __init__(
+        self,
+        repositories: Sequence[Path],
+        *,
+        grpc_port: int | None = None,
+        http_port: int | None = None,
+        metrics_port: int | None = None,
+        work_dir: Path | None = None,
+        log_file: Path | None = None,
+        log_verbose: int = 0,
+        exit_timeout_s: int = 5,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        if not repositories:
+            raise ValueError("at least one model repository is required")
+        self.repositories = [Path(r).absolute() for r in repositories]
+        self._requested_ports = (grpc_port, http_port, metrics_port)
+        self._own_work_dir = work_dir is None
+        self.work_dir = (
+            Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="tritonserver-"))
+        )
+        self.log_file = Path(log_file) if log_file is not None else self.work_dir / "tritonserver.log"
+        self._log_verbose = log_verbose
+        self._exit_timeout_s = exit_timeout_s
+        self._extra_args = list(extra_args)
+        self._env = env
+        self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self.grpc_port = self.http_port = self.metrics_port = 0
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def _backend_directory(self) -> Path:
+        installation = find_triton()
+        backends = self.work_dir / "backends"
+        if not backends.exists():
+            shutil.copytree(installation.backends_dir, backends, ignore=shutil.ignore_patterns("__pycache__"))
+            stub = backends / "python" / "triton_python_backend_stub"
+            shutil.copy2(installation.stub, stub)
+            stub.chmod(0o755)
+        return backends
+
+    def start(self) -> None:
+        """Launch tritonserver (returns at once; call ``wait_ready``)."""
+        with self._lock:
+            if self._process is not None:
+                raise RuntimeError("this TritonServer was already started")
+            explicit = [p for p in self._requested_ports if p is not None]
+            busy = [p for p in explicit if not _port_is_free(p)]
+            if busy:
+                raise TritonStartError(f"port(s) {busy} already in use")
+            chosen = iter(_distinct_free_ports(3))
+            self.grpc_port, self.http_port, self.metrics_port = (
+                p if p is not None else next(chosen) for p in self._requested_ports
+            )
+            binary = find_triton().binary
+            command = [str(binary)]
+            for repository in self.repositories:
+                command.append(f"--model-repository={repository}")
+            command += [
+                f"--backend-directory={self._backend_directory()}",
+                f"--grpc-port={self.grpc_port}",
+                f"--http-port={self.http_port}",
+                f"--metrics-port={self.metrics_port}",
+                "--http-address=127.0.0.1",
+                "--grpc-address=127.0.0.1",
+                "--metrics-address=127.0.0.1",
+                "--allow-gpu-metrics=false",
+                # Our configs are complete; auto-complete would start (and import) every Python model twice.
+                "--disable-auto-complete-config",
+                f"--exit-timeout-secs={self._exit_timeout_s}",
+                f"--log-verbose={self._log_verbose}",
+                *self._extra_args,
+            ]
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_file, "ab") as log:
+                self._process = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=server_environment(self._env),
+                    cwd=self.work_dir,
+                    start_new_session=True,
+                )
+            _LIVE_SERVERS.add(self)
+            logger.info(
+                "started tritonserver pid %s (grpc %s, http %s, metrics %s), log %s",
+                self._process.pid,
+                self.grpc_port,
+                self.http_port,
+                self.metrics_port,
+                self.log_file,
+            )
+
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _get(self, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"{self.http_url}{path}", timeout=timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def wait_ready(self, timeout: float = 180.0) -> None:
+        """Poll /v2/health/ready until every model is loaded; raise TritonStartError on exit or timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._process is None:
+                raise RuntimeError("start() the server first")
+            if self._process.poll() is not None:
+                raise TritonStartError(
+                    f"tritonserver exited with code {self._process.returncode}; last log lines "
+                    f"({self.log_file}):\n{self.log_tail()}"
+                )
+            with contextlib.suppress(OSError):
+                status, _ = self._get("/v2/health/ready", timeout=1.0)
+                # Readiness of someone else's server on a reused port would not prove anything.
+                if status == 200 and self._process.poll() is None:
+                    return
+            if time.monotonic() > deadline:
+                raise TritonStartError(
+                    f"tritonserver not ready after {timeout:.0f}s; last log lines ({self.log_file}):\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(_POLL_S)
+
+    def repository_index(self) -> list[dict[str, str]]:
+        """Triton's model repository index: name, version and state of every model."""
+        request = urllib.request.Request(f"{self.http_url}/v2/repository/index", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=5.0) as response:
+            return list(json.loads(response.read()))
+
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=5.0) as response:
+            return str(response.read().decode())
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (Triton unloads models and stops its stubs), SIGKILL the group after ``timeout``."""
+        with self._lock:
+            process = self._process
+            if process is None:
+                self._cleanup_work_dir()
+                return
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    logger.warning(
+                        "tritonserver pid %s did not stop in %.0fs; killing it", process.pid, timeout
+                    )
+            # Stubs (same process group) that outlived the server, or everything after the timeout.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(5.0)
+            self._process = None
+            _LIVE_SERVERS.discard(self)
+            self._cleanup_work_dir()
+
+    def _cleanup_work_dir(self) -> None:
+        if self._own_work_dir:
+            # Keep the log when it lives in the work dir and the caller may still want to read it.
+            backends = self.work_dir / "backends"
+            shutil.rmtree(backends, ignore_errors=True)
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class DevRepository:
+    """A rendered CPU repository and what it serves."""
+
+    path: Path
+    model_dir: Path
+    variant: str
+    engine_mode: str
+    ensemble: str
+
+
+def prepare_dev_repository(
+    out_dir: Path,
+    *,
+    model_dir: Path | None = None,
+    variant: str = "current",
+    engine_mode: str = "model",
+    tokenizer_kind: str = "bpe",
+    variables: Mapping[str, object] | None = None,
+    cache_root: Path | None = None,
+) -> DevRepository:
+    """Render the CPU repository into ``out_dir`` (replacing it), building the tiny model if needed."""
+    if model_dir is None:
+        model_dir = build_tiny_model(tokenizer_kind, cache_root=cache_root)
+    values: dict[str, object] = {
+        "tokenizer_dir": str(model_dir),
+        "model_dir": str(model_dir),
+        "engine_mode": engine_mode,
+    }
+    values.update(variables or {})
+    path = render_repository(out_dir, backend="cpu", variant=variant, variables=values, overwrite=True)
+    prefix = str(values.get("name_prefix", ""))
+    return DevRepository(path, Path(model_dir), variant, engine_mode, f"{prefix}ensemble")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.devstack", description=__doc__)
+    parser.add_argument(
+        "--model-dir", type=Path, default=None, help="HF model dir (default: build the tiny model)"
+    )
+    parser.add_argument(
+        "--tokenizer-kind", choices=("bpe", "metaspace"), default="bpe", help="tiny model kind"
+    )
+    parser.add_argument("--variant", choices=("current", "legacy"), default="current")
+    parser.add_argument("--engine-mode", choices=("model", "synthetic"), default="model")
+    parser.add_argument("--grpc-port", type=int, default=None)
+    parser.add_argument("--http-port", type=int, default=None)
+    parser.add_argument("--metrics-port", type=int, default=None)
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="repository, backends and log (default: temp)"
+    )
+    parser.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--ready-timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="devstack-", dir=_devstack_root()))
+    variables = dict(item.split("=", 1) for item in args.assignments)
+    repo = prepare_dev_repository(
+        work_dir / "model_repository",
+        model_dir=args.model_dir,
+        variant=args.variant,
+        engine_mode=args.engine_mode,
+        tokenizer_kind=args.tokenizer_kind,
+        variables=variables,
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    server = TritonServer(
+        [repo.path],
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        metrics_port=args.metrics_port,
+        work_dir=work_dir,
+    )
+    try:
+        server.start()
+        server.wait_ready(args.ready_timeout)
+        models = ",".join(sorted(m["name"] for m in server.repository_index()))
+        sys.stdout.write(
+            f"READY grpc={server.grpc_url} http={server.http_url} metrics={server.metrics_url} "
+            f"ensemble={repo.ensemble} models={models} log={server.log_file}\n"
+        )
+        sys.stdout.flush()
+        while not stop.wait(1.0):
+            if not server.is_running():
+                logger.error("tritonserver exited unexpectedly; last log lines:\n%s", server.log_tail())
+                return 1
+    except TritonStartError as exc:
+        logger.error("%s", exc)
+        return 1
+    finally:
+        server.stop()
+    return 0
+
+
+def _devstack_root() -> Path:
+    root = default_cache_root() / "devstack"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
