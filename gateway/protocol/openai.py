@@ -18,7 +18,8 @@ class _GenerationFields(BaseModel):
     """Fields shared by completions and chat completions, plus the engine's own knobs."""
 
     # Unknown fields are accepted (clients send many); the serving layer logs them once.
-    model_config = ConfigDict(extra="allow")
+    # Python's JSON parser reads NaN and Infinity: no sampling knob may be either.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     model: str
     max_tokens: Annotated[int, Field(ge=1)] | None = None

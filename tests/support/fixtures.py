@@ -19,3 +19,9 @@ def tiny_metaspace_dir() -> Path:
     from deploy.tiny_model import build_tiny_model
 
     return build_tiny_model("metaspace")
+
+
+def build_tiny(kind: str) -> Path:
+    from deploy.tiny_model import build_tiny_model
+
+    return build_tiny_model(kind)
