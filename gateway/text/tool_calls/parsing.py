@@ -464,6 +464,9 @@ class StreamingToolParser:
     content if it turns out not to be one. A call is announced only when its text is complete
     and valid, so that text which fails to parse can still go out as content; its arguments
     then follow as one fragment. Any split of the same text gives the same content and calls.
+
+    `tool_names`, when given (the request's tools), limits calls to those functions: a "call" to
+    anything else is left as content rather than handed to a client that cannot run it.
     """
 
     __slots__ = (
