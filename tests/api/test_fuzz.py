@@ -132,7 +132,8 @@ def test_the_openapi_document_lists_the_openai_routes(client: TestClient) -> Non
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
 @pytest.mark.parametrize("field", ["temperature", "length_penalty", "top_p", "max_tokens", "seed"])
 def test_non_finite_numbers_are_rejected(client: TestClient, field: str, value: str) -> None:
-    raw = '{"model": "tiny", "messages": [{"role": "user", "content": "x"}], "%s": %s}' % (field, value)
+    head = '{"model": "tiny", "messages": [{"role": "user", "content": "x"}]'
+    raw = f'{head}, "{field}": {value}}}'
     r = client.post(
         "/v1/chat/completions", content=raw.encode(), headers={"content-type": "application/json"}
     )
