@@ -23,6 +23,7 @@ from gateway.api.middleware import (
 from gateway.config import ServedModel, Settings
 from gateway.engine import Engine
 from gateway.errors import GatewayError
+from gateway.logs import current_request
 from gateway.metrics import GatewayMetrics
 from gateway.readiness import Readiness
 from gateway.serving.chat import ChatService
@@ -69,7 +70,9 @@ class MetricsMiddleware:
             path = getattr(route, "path", None) or (
                 scope["path"] if scope["path"] in self.paths else "unmatched"
             )
-            m.requests.labels(path, str(status)).inc()
+            record = current_request.get()
+            model = record.model if record is not None and record.model else "none"
+            m.requests.labels(path, model, str(status)).inc()
 
 
 async def _introspect_until_ready(engines: Sequence[Engine]) -> None:
@@ -96,10 +99,15 @@ async def _introspect_until_ready(engines: Sequence[Engine]) -> None:
 class TritonEngines:
     """Engines for every served model over one shared pool of Triton endpoints."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
         from gateway.triton.pool import TritonPool
 
-        self.pool = TritonPool(settings.triton_url, timeout_s=settings.triton_connect_timeout_s)
+        def on_health(url: str, healthy: bool) -> None:
+            metrics.endpoint_healthy.labels(url).set(1 if healthy else 0)
+
+        self.pool = TritonPool(
+            settings.triton_url, timeout_s=settings.triton_connect_timeout_s, on_health=on_health
+        )
 
     def __call__(self, model: ServedModel) -> Engine:
         from gateway.triton.engine import TritonEngine
@@ -116,9 +124,9 @@ class TritonEngines:
 
 
 def create_app(settings: Settings, *, engine_factory: EngineFactory | None = None) -> FastAPI:
-    triton = TritonEngines(settings) if engine_factory is None else None
-    factory: EngineFactory = engine_factory or triton  # type: ignore[assignment]
     metrics = GatewayMetrics()
+    triton = TritonEngines(settings, metrics) if engine_factory is None else None
+    factory: EngineFactory = engine_factory or triton  # type: ignore[assignment]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

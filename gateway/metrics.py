@@ -1,27 +1,51 @@
-"""The gateway's own Prometheus metrics, on a registry per app so several apps (tests) coexist."""
+"""The gateway's own Prometheus metrics.
+
+One registry per app, so several apps (tests) coexist. With several worker processes
+(`PROMETHEUS_MULTIPROC_DIR` set before start), values live in shared files and `/metrics`
+aggregates every worker through prometheus_client's multiprocess collector.
+"""
 
 from __future__ import annotations
 
+import os
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 from gateway.logs import current_request
 
-# Explicit buckets: the defaults stop at 10 s and start at 5 ms, wrong for both token gaps and long streams.
+# Explicit buckets: the defaults stop at 10 s and start at 5 ms, wrong for token gaps and long streams.
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-TPOT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+TOKEN_GAP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
 class GatewayMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
-            "gateway_requests", "HTTP requests by route and status.", ["route", "status"], registry=r
+            "gateway_requests",
+            "HTTP requests by route, model and status.",
+            ["route", "model", "status"],
+            registry=r,
         )
-        self.in_flight = Gauge("gateway_requests_in_flight", "Requests being served now.", registry=r)
-        self.queued = Gauge("gateway_requests_queued", "Generation requests waiting for a slot.", registry=r)
+        self.in_flight = Gauge(
+            "gateway_requests_in_flight",
+            "Requests being served now.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.queued = Gauge(
+            "gateway_requests_queued",
+            "Generation requests waiting for a slot.",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.ttft = Histogram(
             "gateway_time_to_first_token_seconds",
             "Time from request to the first generated text.",
@@ -29,11 +53,25 @@ class GatewayMetrics:
             buckets=TTFT_BUCKETS,
             registry=r,
         )
+        self.itl = Histogram(
+            "gateway_inter_token_latency_seconds",
+            "Time between consecutive streamed text deltas.",
+            ["model"],
+            buckets=TOKEN_GAP_BUCKETS,
+            registry=r,
+        )
         self.tpot = Histogram(
             "gateway_time_per_output_token_seconds",
             "Mean time per output token after the first, per request.",
             ["model"],
-            buckets=TPOT_BUCKETS,
+            buckets=TOKEN_GAP_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "gateway_e2e_request_latency_seconds",
+            "Time from request to the last generated token.",
+            ["model"],
+            buckets=E2E_BUCKETS,
             registry=r,
         )
         self.prompt_tokens = Counter(
@@ -42,24 +80,54 @@ class GatewayMetrics:
         self.generation_tokens = Counter(
             "gateway_generation_tokens", "Tokens generated.", ["model"], registry=r
         )
+        self.triton_errors = Counter(
+            "gateway_triton_errors", "Failed Triton calls by error code.", ["code"], registry=r
+        )
+        self.cancellations = Counter(
+            "gateway_cancellations",
+            "Triton requests cancelled by the gateway, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.endpoint_healthy = Gauge(
+            "gateway_triton_endpoint_healthy",
+            "1 while a Triton endpoint is taking requests, 0 while it is backed off.",
+            ["endpoint"],
+            registry=r,
+            multiprocess_mode="liveall",
+        )
+
+    def exposition(self) -> bytes:
+        if multiprocess_dir():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
 
 
 class RequestTimer:
-    """Times one generation request: TTFT at the first text, TPOT over the rest."""
+    """Times one generation request: TTFT at the first text, gaps between texts, TPOT, end to end."""
 
-    __slots__ = ("_first", "_metrics", "_model", "_start")
+    __slots__ = ("_first", "_itl", "_last", "_metrics", "_model", "_start")
 
     def __init__(self, metrics: GatewayMetrics | None, model: str) -> None:
         self._metrics = metrics
         self._model = model
         self._start = time.perf_counter()
         self._first: float | None = None
+        self._last = 0.0
+        # Resolved once: a labelled child costs a dict lookup per token otherwise.
+        self._itl = metrics.itl.labels(model) if metrics is not None else None
 
-    def first_text(self) -> None:
+    def text(self) -> None:
+        now = time.perf_counter()
         if self._first is None:
-            self._first = time.perf_counter()
+            self._first = now
             if self._metrics is not None:
-                self._metrics.ttft.labels(self._model).observe(self._first - self._start)
+                self._metrics.ttft.labels(self._model).observe(now - self._start)
+        elif self._itl is not None:
+            self._itl.observe(now - self._last)
+        self._last = now
 
     def done(self, prompt_tokens: int, completion_tokens: int) -> None:
         record = current_request.get()
@@ -71,7 +139,9 @@ class RequestTimer:
         m = self._metrics
         if m is None:
             return
+        end = time.perf_counter()
         m.prompt_tokens.labels(self._model).inc(prompt_tokens)
         m.generation_tokens.labels(self._model).inc(completion_tokens)
+        m.e2e.labels(self._model).observe(end - self._start)
         if self._first is not None and completion_tokens > 1:
-            m.tpot.labels(self._model).observe((time.perf_counter() - self._first) / (completion_tokens - 1))
+            m.tpot.labels(self._model).observe((end - self._first) / (completion_tokens - 1))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from gateway.asyncutil import until_deadline
 from gateway.engine import GenerationRequest, SamplingParams
-from gateway.errors import DeadlineExceededError, InvalidRequestError
+from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, InvalidRequestError
 from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.serving.generate import (
     ChoiceEvent,
@@ -106,12 +106,31 @@ async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> A
     try:
         async for event in until_deadline(merged, deadline):
             if event.text:
-                timer.first_text()
+                timer.text()
             yield event
     except TimeoutError:
+        _count(metrics, cancelled="deadline", error="timeout")
         raise DeadlineExceededError(
             f"The request did not finish within its deadline of {prepared.timeout_s:g} s."
         ) from None
+    except (EngineError, EngineUnavailableError) as exc:
+        _count(metrics, error=exc.code)
+        raise
+    except (asyncio.CancelledError, GeneratorExit):
+        # The client went away (or stopped reading): closing the streams cancels Triton.
+        _count(metrics, cancelled="client_disconnect")
+        raise
     finally:
         await merged.aclose()  # type: ignore[attr-defined]
+    if any(g.totals.stopped_early for g in prepared.generations):
+        _count(metrics, cancelled="finished_early")
     timer.done(prepared.prompt_tokens, prepared.completion_tokens)
+
+
+def _count(metrics: GatewayMetrics | None, *, cancelled: str | None = None, error: str | None = None) -> None:
+    if metrics is None:
+        return
+    if cancelled is not None:
+        metrics.cancellations.labels(cancelled).inc()
+    if error is not None:
+        metrics.triton_errors.labels(error).inc()

@@ -129,6 +129,8 @@ def make_choices(
 @dataclass(slots=True)
 class GenerationTotals:
     prompt_tokens: int
+    # Every choice finished (stop string, end id) before the engine did: its request was cancelled.
+    stopped_early: bool = False
 
 
 async def run_generation(
@@ -146,6 +148,7 @@ async def run_generation(
             if text or choice.done:
                 yield ChoiceEvent(choice.index, text, choice.finish_reason)
                 if choice.done and all(c.done for c in choices):
+                    totals.stopped_early = True
                     break
     finally:
         # Closing the engine's iterator is what cancels the Triton request.

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gateway.config import ServedModel
 from gateway.engine import Engine
 from gateway.errors import ModelNotFoundError
+from gateway.logs import current_request
 from gateway.text.tokenizer import Tokenizer
 
 
@@ -35,11 +36,15 @@ class ModelRegistry:
 
     def get(self, name: str) -> ModelRuntime:
         try:
-            return self._models[name]
+            runtime = self._models[name]
         except KeyError:
             raise ModelNotFoundError(
                 f"The model `{name}` does not exist or you do not have access to it.", param="model"
             ) from None
+        record = current_request.get()
+        if record is not None:
+            record.model = name
+        return runtime
 
     def __iter__(self) -> Iterator[ModelRuntime]:
         return iter(self._models.values())

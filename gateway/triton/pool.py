@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import grpc
 from tritonclient.utils import InferenceServerException
@@ -48,6 +48,7 @@ class TritonPool:
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         probe_interval_s: float = 2.0,
+        on_health: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.endpoints = [Endpoint(TritonConnection(u, timeout_s=timeout_s)) for u in urls]
         if not self.endpoints:
@@ -56,6 +57,13 @@ class TritonPool:
         self._max_backoff = max_backoff_s
         self._probe_interval = probe_interval_s
         self._probe: asyncio.Task[None] | None = None
+        self._on_health = on_health
+        for endpoint in self.endpoints:
+            self._report(endpoint)
+
+    def _report(self, endpoint: Endpoint) -> None:
+        if self._on_health is not None:
+            self._on_health(endpoint.url, endpoint.failures == 0)
 
     def pick(self, exclude: Iterable[Endpoint] = ()) -> Endpoint:
         """The least-loaded available endpoint not yet tried; if all are backing off, the one
@@ -75,12 +83,16 @@ class TritonPool:
         delay = min(self._backoff * 2 ** (endpoint.failures - 1), self._max_backoff)
         endpoint.retry_at = time.monotonic() + delay
         logger.warning("Triton %s failed (%s); backing off %.1f s", endpoint.url, reason, delay)
+        self._report(endpoint)
 
     def succeeded(self, endpoint: Endpoint) -> None:
         if endpoint.failures:
             logger.info("Triton %s is back", endpoint.url)
+        was_failing = endpoint.failures > 0
         endpoint.failures = 0
         endpoint.retry_at = 0.0
+        if was_failing:
+            self._report(endpoint)
 
     def healthy_count(self) -> int:
         now = time.monotonic()

@@ -112,9 +112,11 @@ async def test_metrics_count_requests_tokens_and_latency(make_client: MakeClient
     )
     await client.post("/v1/completions", json={"model": "nope", "prompt": "Hi"})
     text = (await client.get("/metrics")).text
-    assert 'gateway_requests_total{route="/v1/completions",status="200"} 1.0' in text
-    assert 'gateway_requests_total{route="/v1/completions",status="404"} 1.0' in text
-    assert 'gateway_requests_total{route="/v1/chat/completions",status="200"} 1.0' in text
+    assert 'gateway_requests_total{model="tiny",route="/v1/completions",status="200"} 1.0' in text
+    assert 'gateway_requests_total{model="none",route="/v1/completions",status="404"} 1.0' in text
+    assert 'gateway_requests_total{model="tiny",route="/v1/chat/completions",status="200"} 1.0' in text
+    assert 'gateway_e2e_request_latency_seconds_count{model="tiny"} 2.0' in text
+    assert 'gateway_inter_token_latency_seconds_count{model="tiny"}' in text
     assert 'gateway_time_to_first_token_seconds_count{model="tiny"} 2.0' in text
     assert 'gateway_generation_tokens_total{model="tiny"}' in text
     assert "gateway_requests_in_flight 1.0" in text  # the /metrics request itself
