@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
-from tritonclient.utils import InferenceServerException
+from tritonclient.grpc import service_pb2
 
 from gateway.asyncutil import merge
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
@@ -20,11 +19,9 @@ from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
 from gateway.triton.connection import is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
-from gateway.triton.tensors import ParsedResponse, parse_response, request_inputs, requested_outputs
+from gateway.triton.tensors import ParsedResponse, build_request, parse_response
 
 logger = logging.getLogger(__name__)
-
-_FINAL_PARAMS = {"triton_enable_empty_final_response": True}
 
 
 class TritonEngine:
@@ -68,7 +65,7 @@ class TritonEngine:
                 tried.append(endpoint)
                 try:
                     contract = await self._read_contract(endpoint)
-                except (InferenceServerException, grpc.aio.AioRpcError) as exc:
+                except grpc.aio.AioRpcError as exc:
                     last = rpc_error(exc, self._model)
                     continue
                 self._contract = contract
@@ -84,14 +81,13 @@ class TritonEngine:
             raise last
 
     async def _read_contract(self, endpoint: Endpoint) -> c.Contract:
-        client, timeout = endpoint.connection.client, endpoint.connection.timeout_s
-        response = await client.get_model_config(self._model, client_timeout=timeout)
-        config = response.config
+        conn = endpoint.connection
+        config = await conn.model_config(self._model)
         # Ensembles rarely declare decoupled themselves: they are when a composing model is.
         decoupled = bool(config.model_transaction_policy.decoupled)
         for step in config.ensemble_scheduling.step:
-            sub = await client.get_model_config(step.model_name, client_timeout=timeout)
-            decoupled = decoupled or bool(sub.config.model_transaction_policy.decoupled)
+            sub = await conn.model_config(step.model_name)
+            decoupled = decoupled or bool(sub.model_transaction_policy.decoupled)
         return c.read_contract(config, self._route).with_decoupled(decoupled)
 
     async def is_ready(self) -> bool:
@@ -99,8 +95,8 @@ class TritonEngine:
         for endpoint in self._pool.endpoints:
             conn = endpoint.connection
             try:
-                ready = bool(await conn.client.is_model_ready(self._model, client_timeout=conn.timeout_s))
-            except (InferenceServerException, grpc.aio.AioRpcError):
+                ready = await conn.model_ready(self._model)
+            except grpc.aio.AioRpcError:
                 ready = False
             if ready:
                 if self._contract is None:
@@ -150,19 +146,18 @@ class TritonEngine:
         index: int,
     ) -> AsyncIterator[GenerationDelta]:
         streaming = contract.decoupled
-        payload: dict[str, Any] = {
-            "model_name": self._model,
-            "inputs": request_inputs(
-                contract, request, seed=seed, num_sequences=num_sequences, stream=streaming
-            ),
-            "outputs": requested_outputs(contract),
-            "request_id": request.request_id if index == 0 else f"{request.request_id}-{index}",
-            "parameters": _FINAL_PARAMS,
-        }
+        infer_request = build_request(
+            contract,
+            request,
+            request_id=request.request_id if index == 0 else f"{request.request_id}-{index}",
+            seed=seed,
+            num_sequences=num_sequences,
+            stream=streaming,
+        )
         written = asyncio.Event()
 
-        async def requests() -> AsyncIterator[dict[str, Any]]:
-            yield payload
+        async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
+            yield infer_request
             # Keep our side of the stream open until the final response: half-closing early is
             # not needed and some proxies treat it as the end of the call.
             await written.wait()
@@ -211,20 +206,20 @@ class TritonEngine:
     async def _call(
         self,
         endpoint: Endpoint,
-        requests: AsyncIterator[dict[str, Any]],
+        requests: AsyncIterator[service_pb2.ModelInferRequest],
         written: asyncio.Event,
         *,
         single: bool,
     ) -> AsyncIterator[ParsedResponse]:
         """One gRPC stream: parsed responses until the final one. Closing it early cancels the call."""
-        call = endpoint.connection.client.stream_infer(requests)
+        call = endpoint.connection.stub.ModelStreamInfer(requests)
         finished = False
         started = False
         try:
-            async for result, error in call:
-                if error is not None:
-                    raise rpc_error(error, self._model)
-                parsed = parse_response(result.get_response())
+            async for response in call:
+                if response.error_message:
+                    raise rpc_error(response.error_message, self._model)
+                parsed = parse_response(response.infer_response)
                 started = True
                 yield parsed
                 if parsed.final or single:

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Iterable
 
 import grpc
-from tritonclient.utils import InferenceServerException
 
 from gateway.errors import EngineUnavailableError
 from gateway.triton.connection import TritonConnection
@@ -103,10 +102,8 @@ class TritonPool:
             if endpoint.failures == 0:
                 continue
             try:
-                ok = await endpoint.connection.client.is_server_ready(
-                    client_timeout=endpoint.connection.timeout_s
-                )
-            except (InferenceServerException, grpc.aio.AioRpcError):
+                ok = await endpoint.connection.server_ready()
+            except grpc.aio.AioRpcError:
                 ok = False
             if ok:
                 self.succeeded(endpoint)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
 
 from gateway.engine import GenerationRequest
 from gateway.triton import contract as c
@@ -21,17 +21,25 @@ from gateway.triton import contract as c
 _U32 = struct.Struct("<I")
 
 
-def _scalar(spec: c.TensorSpec, value: Any) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(spec.name, [1, 1], spec.triton_dtype)
-    tensor.set_data_from_numpy(np.array([[value]], dtype=spec.np_dtype))
-    return tensor
+def _tensor(
+    request: service_pb2.ModelInferRequest, name: str, dtype: str, shape: list[int], raw: bytes
+) -> None:
+    tensor = request.inputs.add()
+    tensor.name = name
+    tensor.datatype = dtype
+    tensor.shape.extend(shape)
+    request.raw_input_contents.append(raw)
 
 
-def _strings(spec: c.TensorSpec, values: Iterable[str]) -> grpcclient.InferInput:
-    data = np.array([[v.encode() for v in values]], dtype=np.object_)
-    tensor = grpcclient.InferInput(spec.name, list(data.shape), "BYTES")
-    tensor.set_data_from_numpy(data)
-    return tensor
+def _scalar(request: service_pb2.ModelInferRequest, spec: c.TensorSpec, value: Any) -> None:
+    raw = np.array([[value]], dtype=spec.np_dtype).tobytes()
+    _tensor(request, spec.name, spec.triton_dtype, [1, 1], raw)
+
+
+def _strings(request: service_pb2.ModelInferRequest, spec: c.TensorSpec, values: Iterable[str]) -> None:
+    encoded = [v.encode() for v in values]
+    raw = b"".join(_U32.pack(len(e)) + e for e in encoded)
+    _tensor(request, spec.name, "BYTES", [1, len(encoded)], raw)
 
 
 def sampling_values(request: GenerationRequest) -> dict[str, Any]:
@@ -67,7 +75,9 @@ def sampling_values(request: GenerationRequest) -> dict[str, Any]:
     return values
 
 
-def _stop_words_list(spec: c.TensorSpec, words: list[list[int]]) -> grpcclient.InferInput:
+def _stop_words_list(
+    request: service_pb2.ModelInferRequest, spec: c.TensorSpec, words: list[list[int]]
+) -> None:
     """TensorRT-LLM's [1, 2, N] stop list: row 0 the concatenated ids, row 1 each word's end
     offset, padded with -1."""
     flat = [t for w in words for t in w]
@@ -77,29 +87,31 @@ def _stop_words_list(spec: c.TensorSpec, words: list[list[int]]) -> grpcclient.I
         offsets.append(end)
     offsets += [-1] * (len(flat) - len(offsets))
     data = np.array([[flat, offsets]], dtype=np.int32)
-    tensor = grpcclient.InferInput(spec.name, list(data.shape), spec.triton_dtype)
-    tensor.set_data_from_numpy(data)
-    return tensor
+    _tensor(request, spec.name, spec.triton_dtype, list(data.shape), data.tobytes())
 
 
-def request_inputs(
+def build_request(
     contract: c.Contract,
     request: GenerationRequest,
     *,
+    request_id: str,
     seed: int | None,
     num_sequences: int,
     stream: bool,
-) -> list[grpcclient.InferInput]:
-    """The request's tensors for the contract's route, only those the model declares."""
+) -> service_pb2.ModelInferRequest:
+    """The ModelInferRequest for the contract's route, with only the inputs the model declares."""
+    out = service_pb2.ModelInferRequest(model_name=contract.model, id=request_id)
+    # Decoupled models then end every request with an empty response flagged final, so the
+    # stream's end is explicit even when the engine sent its last token without the flag.
+    out.parameters["triton_enable_empty_final_response"].bool_param = True
     specs = contract.inputs
     p = request.params
     if contract.route == "engine":
         ids = np.array([request.prompt_ids], dtype=np.int32)
-        prompt = grpcclient.InferInput(specs[c.PROMPT].name, list(ids.shape), "INT32")
-        prompt.set_data_from_numpy(ids)
-        tensors = [prompt, _scalar(specs[c.PROMPT_LENGTH], len(request.prompt_ids))]
+        _tensor(out, specs[c.PROMPT].name, "INT32", list(ids.shape), ids.tobytes())
+        _scalar(out, specs[c.PROMPT_LENGTH], len(request.prompt_ids))
     else:
-        tensors = [_strings(specs[c.PROMPT], [request.prompt_text])]
+        _strings(out, specs[c.PROMPT], [request.prompt_text])
     values = sampling_values(request)
     values[c.STREAM] = stream
     if seed is not None:
@@ -114,20 +126,22 @@ def request_inputs(
     for name, value in values.items():
         spec = specs.get(name)
         if spec is not None:
-            tensors.append(_scalar(spec, value))
+            _scalar(out, spec, value)
     stop_spec = specs.get(c.STOP_WORDS)
     if stop_spec is not None and not p.ignore_eos:
         if contract.route == "engine" and request.stop_token_ids:
-            tensors.append(_stop_words_list(stop_spec, [[t] for t in request.stop_token_ids]))
+            _stop_words_list(out, stop_spec, [[t] for t in request.stop_token_ids])
         elif contract.route == "ensemble" and request.stop_token_strings:
-            tensors.append(_strings(stop_spec, request.stop_token_strings))
-    return tensors
+            _strings(out, stop_spec, request.stop_token_strings)
+    for name in requested_outputs(contract):
+        out.outputs.add().name = name
+    return out
 
 
-def requested_outputs(contract: c.Contract) -> list[grpcclient.InferRequestedOutput]:
+def requested_outputs(contract: c.Contract) -> list[str]:
     wanted = [c.OUTPUT_IDS, c.SEQUENCE_LENGTH] if contract.exposes_token_ids else [c.TEXT_OUTPUT]
     wanted += [c.SEQUENCE_INDEX, c.NUM_INPUT_TOKENS, c.NUM_OUTPUT_TOKENS]
-    return [grpcclient.InferRequestedOutput(n) for n in wanted if n in contract.outputs]
+    return [n for n in wanted if n in contract.outputs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from tritonclient.grpc import service_pb2
 
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.triton import contract as c
-from gateway.triton.tensors import parse_response, request_inputs, requested_outputs, sampling_values
+from gateway.triton.tensors import build_request, parse_response, requested_outputs, sampling_values
 
 CURRENT = """
 name: "ensemble"
@@ -68,24 +68,24 @@ def request(**params: object) -> GenerationRequest:
     return GenerationRequest("r1", "hello", (1, 2), sp, end_id=2, pad_id=0, stop_token_strings=("<|eot|>",))
 
 
-def tensor_values(tensors: list) -> dict[str, object]:
-    out = {}
-    for t in tensors:
-        proto = t._get_tensor()
-        raw = t._get_content()
-        if proto.datatype == "BYTES":
+def tensor_values(request: service_pb2.ModelInferRequest) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for t, raw in zip(request.inputs, request.raw_input_contents, strict=True):
+        if t.datatype == "BYTES":
             values, pos = [], 0
             while pos < len(raw):
                 (n,) = struct.unpack_from("<I", raw, pos)
                 values.append(raw[pos + 4 : pos + 4 + n].decode())
                 pos += 4 + n
-            out[proto.name] = (proto.datatype, list(proto.shape), values)
+            out[t.name] = (t.datatype, list(t.shape), values)
         else:
-            dtype = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_}[
-                proto.datatype
-            ]
-            out[proto.name] = (proto.datatype, list(proto.shape), np.frombuffer(raw, dtype=dtype).tolist())
+            dtype = {"INT32": np.int32, "UINT64": np.uint64, "FP32": np.float32, "BOOL": np.bool_}[t.datatype]
+            out[t.name] = (t.datatype, list(t.shape), np.frombuffer(raw, dtype=dtype).tolist())
     return out
+
+
+def build(contract: c.Contract, req: GenerationRequest, **kw: object) -> service_pb2.ModelInferRequest:
+    return build_request(contract, req, request_id="rid", **kw)  # type: ignore[arg-type]
 
 
 def test_contract_variants_are_recognised_from_the_config() -> None:
@@ -138,7 +138,7 @@ def test_ignore_eos_sets_an_end_id_no_token_has() -> None:
 
 def test_only_declared_inputs_are_sent_with_the_declared_names_and_shapes() -> None:
     req = request(temperature=0.5, seed=None, min_tokens=3, repetition_penalty=1.2)
-    cur = tensor_values(request_inputs(contract_of(CURRENT), req, seed=42, num_sequences=2, stream=True))
+    cur = tensor_values(build(contract_of(CURRENT), req, seed=42, num_sequences=2, stream=True))
     assert cur["text_input"] == ("BYTES", [1, 1], ["hello"])
     assert cur["max_tokens"] == ("INT32", [1, 1], [8])
     assert cur["stream"] == ("BOOL", [1, 1], [True])
@@ -148,20 +148,27 @@ def test_only_declared_inputs_are_sent_with_the_declared_names_and_shapes() -> N
     assert cur["exclude_input_in_output"] == ("BOOL", [1, 1], [True])
     assert cur["stop_words"] == ("BYTES", [1, 1], ["<|eot|>"])
     assert "repetition_penalty" not in cur  # not declared by this model
-    leg = tensor_values(request_inputs(contract_of(LEGACY), req, seed=42, num_sequences=1, stream=True))
+    leg = tensor_values(build(contract_of(LEGACY), req, seed=42, num_sequences=1, stream=True))
     assert leg["random_seed"] == ("UINT64", [1, 1], [42])
     assert leg["min_length"] == ("INT32", [1, 1], [3])
     assert set(leg) <= {"text_input", "max_tokens", "stream", "random_seed", "min_length", "top_k"}
 
 
 def test_requested_outputs_prefer_token_ids() -> None:
-    assert [o._get_tensor().name for o in requested_outputs(contract_of(CURRENT))] == [
+    assert requested_outputs(contract_of(CURRENT)) == [
         "output_ids",
         "sequence_length",
         "sequence_index",
         "num_output_tokens",
     ]
-    assert [o._get_tensor().name for o in requested_outputs(contract_of(LEGACY))] == ["text_output"]
+    assert requested_outputs(contract_of(LEGACY)) == ["text_output"]
+
+
+def test_the_request_asks_for_an_empty_final_response_and_carries_its_id() -> None:
+    built = build(contract_of(CURRENT), request(), seed=None, num_sequences=1, stream=True)
+    assert built.parameters["triton_enable_empty_final_response"].bool_param is True
+    assert (built.model_name, built.id) == ("ensemble", "rid")
+    assert [o.name for o in built.outputs] == requested_outputs(contract_of(CURRENT))
 
 
 def _response(
@@ -239,7 +246,7 @@ def test_the_engine_route_sends_ids_under_the_engine_names() -> None:
         end_id=2,
         stop_token_ids=(3, 9),
     )
-    values = tensor_values(request_inputs(contract, req, seed=11, num_sequences=1, stream=True))
+    values = tensor_values(build(contract, req, seed=11, num_sequences=1, stream=True))
     assert values["input_ids"] == ("INT32", [1, 3], [5, 6, 7])
     assert values["input_lengths"] == ("INT32", [1, 1], [3])
     assert values["request_output_len"] == ("INT32", [1, 1], [4])
