@@ -209,6 +209,29 @@ except Exception:
 PY
 }
 
+# Every process below $1, children first found by scanning /proc (no procps needed). mpirun starts each
+# rank in a process group of its own, so a group signal alone would miss them once mpirun is gone.
+descendants() {
+  local queue=("$1") found=() parent stat_file stat rest pid ppid
+  declare -A children=()
+  for stat_file in /proc/[0-9]*/stat; do
+    stat=$(<"$stat_file") 2>/dev/null || continue
+    pid=${stat%% *}
+    rest=${stat##*) }
+    read -r _ ppid _ <<<"$rest"
+    children[$ppid]+="$pid "
+  done
+  while [[ ${#queue[@]} -gt 0 ]]; do
+    parent=${queue[0]}
+    queue=("${queue[@]:1}")
+    for pid in ${children[$parent]:-}; do
+      found+=("$pid")
+      queue+=("$pid")
+    done
+  done
+  echo "${found[*]:-}"
+}
+
 SERVER_PID=""
 # stop_server REASON EXIT_STATUS
 stop_server() {
@@ -225,7 +248,14 @@ stop_server() {
     done
     if kill -0 "$SERVER_PID" 2>/dev/null; then
       note "still running after ${STOP_TIMEOUT}s: SIGKILL"
+      # Collect the ranks before mpirun dies: afterwards they are orphans no longer below it.
+      local stragglers
+      stragglers=$(descendants "$SERVER_PID")
       kill -KILL -- "-$SERVER_PID" 2>/dev/null || true
+      if [[ -n $stragglers ]]; then
+        # shellcheck disable=SC2086 # a list of pids, split on purpose
+        kill -KILL $stragglers 2>/dev/null || true
+      fi
     fi
     wait "$SERVER_PID" 2>/dev/null || true
   fi

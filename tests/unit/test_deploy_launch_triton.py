@@ -157,7 +157,8 @@ for arg in argv + [":"]:
         current = []
     else:
         current.append(arg)
-procs = [subprocess.Popen(cmd) for cmd in segments]
+# Open MPI starts each rank in a session of its own: a signal to mpirun's group does not reach them.
+procs = [subprocess.Popen(cmd, start_new_session=True) for cmd in segments]
 signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])
 codes = [p.wait() for p in procs]
 sys.exit(next((c for c in codes if c), 0))
@@ -298,6 +299,18 @@ def test_a_server_ignoring_sigterm_is_killed_after_the_stop_timeout(stack: Stack
     assert wait_gone(pids) == []
 
 
+def test_ranks_ignoring_sigterm_are_killed_even_in_their_own_process_groups(stack: Stack) -> None:
+    stack.set_engine_world_size(2)
+    proc = stack.start("--stop-timeout", "1", FAKE_GPUS="2", FAKE_IGNORE_TERM="1")
+    stack.wait_for_line("ready after")
+    pids = stack.server_pids()
+    assert len(pids) == 2
+    proc.send_signal(signal.SIGTERM)
+    stack.wait_for_line("still running after 1s: SIGKILL")
+    assert proc.wait(timeout=15) == 143
+    assert wait_gone(pids) == []
+
+
 def test_a_server_that_dies_before_ready_fails_the_launch(stack: Stack) -> None:
     proc = stack.start(FAKE_EXIT_CODE="7")
     stack.wait_for_line("tritonserver exited with status 7 before it was ready")
@@ -324,3 +337,93 @@ def test_an_unrendered_repository_is_a_clear_error(stack: Stack) -> None:
     proc = stack.start()
     stack.wait_for_line("tensorrt_llm/config.pbtxt not found: render the repository first")
     assert proc.wait(timeout=15) == 1
+
+
+# --- the real tritonserver (the CPU build bundled in nvidia-pytriton) ---------------------------------------
+
+
+def our_processes(marker: str) -> list[str]:
+    """Command lines of live processes mentioning `marker` (a path unique to one test)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = " ".join(a.decode(errors="replace") for a in args)
+        if marker in text and alive(int(cmdline.parent.name)):
+            found.append(text)
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("world", [1, 2], ids=["1-rank", "2-ranks-mpirun"])
+def test_real_tritonserver_serves_the_repository_and_stops_cleanly(
+    tmp_path: Path, tiny_bpe_dir: Path, world: int
+) -> None:
+    if world > 1 and shutil.which("mpirun") is None:
+        pytest.skip(
+            "Open MPI's mpirun is not installed (Debian: openmpi-bin); the fake-mpirun tests above ran"
+        )
+    import urllib.request
+
+    from deploy import devstack, model_repo
+
+    # The CPU repository has the same four models; the synthetic engine makes loading quick.
+    repo = model_repo.render_repository(
+        tmp_path / "repo",
+        backend="cpu",
+        variant="current",
+        variables={"tokenizer_dir": str(tiny_bpe_dir), "engine_mode": "synthetic"},
+    )
+    installation = devstack.find_triton()
+    backends = tmp_path / "backends"
+    shutil.copytree(installation.backends_dir, backends, ignore=shutil.ignore_patterns("__pycache__"))
+    stub = backends / "python" / "triton_python_backend_stub"
+    shutil.copy2(installation.stub, stub)
+    stub.chmod(0o755)
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    write_tool(fake_bin / "nvidia-smi", FAKE_NVIDIA_SMI)
+    env = devstack.server_environment()
+    env.update(PATH=f"{fake_bin}{os.pathsep}{env['PATH']}", FAKE_GPUS=str(world), READY_POLL_INTERVAL="0.2")
+    http, grpc_port, metrics = (devstack.free_port() for _ in range(3))
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), "--model-repo", str(repo), "--world-size", str(world),
+         "--tritonserver", str(installation.binary), "--http-port", str(http), "--grpc-port", str(grpc_port),
+         "--metrics-port", str(metrics), "--exit-timeout", "5", "--stop-timeout", "30",
+         "--", f"--backend-directory={backends}", "--allow-gpu-metrics=false"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        output = []
+        for line in proc.stdout:
+            output.append(line)
+            if "launch_triton: ready after" in line:
+                break
+        else:
+            pytest.fail("launch_triton.sh ended before Triton was ready:\n" + "".join(output[-40:]))
+        index = urllib.request.urlopen(
+            urllib.request.Request(f"http://127.0.0.1:{http}/v2/repository/index", data=b"{}"), timeout=5
+        )
+        states = {m["name"]: m["state"] for m in json.loads(index.read())}
+        assert states == dict.fromkeys(
+            ("ensemble", "postprocessing", "preprocessing", "tensorrt_llm"), "READY"
+        )
+        servers = [p for p in our_processes(str(repo)) if p.startswith(str(installation.binary))]
+        assert len(servers) == world
+        assert (
+            sum("--allow-http=false" in p and "--load-model=tensorrt_llm" in p for p in servers) == world - 1
+        )
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143
+        deadline = time.monotonic() + 10
+        while our_processes(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert our_processes(str(tmp_path)) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
