@@ -187,3 +187,41 @@ def test_prometheus_is_optional_and_scrapes_both_services_by_name() -> None:
     config = yaml.safe_load(PROMETHEUS.read_text())
     targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]}
     assert targets == {"gateway": ["gateway:9000"], "triton": ["triton:8002"]}
+
+
+# Field names from the Compose Specification's JSON schema (compose-spec/compose-spec,
+# schema/compose-spec.json), for the parts of a service this file uses: a misspelt key would
+# otherwise be rejected only by `docker compose` on the GPU host.
+SERVICE_KEYS = {
+    "image", "build", "command", "entrypoint", "environment", "env_file", "volumes", "shm_size", "ulimits",
+    "deploy", "restart", "ports", "depends_on", "healthcheck", "stop_grace_period", "stop_signal",
+    "profiles", "ipc", "user", "working_dir", "labels", "networks", "gpus", "runtime", "init",
+}  # fmt: skip
+BUILD_KEYS = {"context", "dockerfile", "args", "target", "cache_from", "labels", "tags", "platforms"}
+VOLUME_KEYS = {"type", "source", "target", "read_only", "bind", "volume", "tmpfs", "consistency"}
+BIND_KEYS = {"propagation", "create_host_path", "recursive", "selinux"}
+HEALTHCHECK_KEYS = {"test", "interval", "timeout", "retries", "start_period", "start_interval", "disable"}
+DEVICE_KEYS = {"capabilities", "count", "device_ids", "driver", "options"}
+DEPENDS_KEYS = {"condition", "restart", "required"}
+TOP_KEYS = {"name", "services", "volumes", "networks", "secrets", "configs", "include"}
+
+
+def test_compose_uses_only_fields_of_the_compose_specification() -> None:
+    doc = compose()
+    assert {k for k in doc if not k.startswith("x-")} <= TOP_KEYS
+    for name, service in doc["services"].items():
+        assert set(service) <= SERVICE_KEYS, (name, set(service) - SERVICE_KEYS)
+        if isinstance(service.get("build"), dict):
+            assert set(service["build"]) <= BUILD_KEYS, name
+        for volume in service.get("volumes", []):
+            assert set(volume) <= VOLUME_KEYS and "type" in volume, (name, volume)
+            assert set(volume.get("bind", {})) <= BIND_KEYS, (name, volume)
+        assert set(service.get("healthcheck", {})) <= HEALTHCHECK_KEYS, name
+        for dependency in service.get("depends_on", {}).values():
+            assert set(dependency) <= DEPENDS_KEYS and "condition" in dependency, name
+        for device in (
+            service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+        ):
+            assert set(device) <= DEVICE_KEYS and "capabilities" in device, name
+        for limit in service.get("ulimits", {}).values():
+            assert isinstance(limit, int) or set(limit) == {"soft", "hard"}, name
