@@ -162,6 +162,21 @@ def test_gateway_reaches_triton_by_service_name_and_is_built_from_the_root_docke
     assert gateway["ports"] == [f"{ENV['GATEWAY_PUBLISH_ADDRESS']}:{ENV['GATEWAY_HOST_PORT']}:9000"]
 
 
+def test_containers_get_time_to_drain_before_sigkill() -> None:
+    from gateway.config import Settings
+
+    services = compose()["services"]
+    seconds = {
+        name: int(s["stop_grace_period"].removesuffix("s"))
+        for name, s in services.items()
+        if "stop_grace_period" in s
+    }
+    # The gateway's own drain (streams finish, then uvicorn's 5 s) must end before Docker's SIGKILL.
+    assert seconds["gateway"] > Settings.model_fields["shutdown_grace_s"].default + 5
+    # Triton: tritonserver's exit timeout plus launch_triton.sh's stop timeout.
+    assert seconds["triton"] >= 30 + 60
+
+
 def test_gateway_command_is_accepted_by_the_gateway_cli() -> None:
     from gateway.cli import build_parser, settings_from_args
 

@@ -457,3 +457,16 @@ def test_services_select_their_pods(name: str) -> None:
             p["name"] for c in matched[0]["spec"]["template"]["spec"]["containers"] for p in c["ports"]
         }
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= container_ports
+
+
+def test_pods_get_time_to_drain_before_sigkill() -> None:
+    docs = BUILT["base"]
+    gateway = one(docs, "Deployment", "gateway")["spec"]["template"]["spec"]
+    pre_stop = container(one(docs, "Deployment", "gateway"), "gateway")["lifecycle"]["preStop"]["exec"][
+        "command"
+    ]
+    sleep = float(re.search(r"sleep\((\d+(?:\.\d+)?)\)", pre_stop[-1]).group(1))  # type: ignore[union-attr]
+    drain = Settings.model_fields["shutdown_grace_s"].default + 5  # streams, then uvicorn's own margin
+    assert gateway["terminationGracePeriodSeconds"] > sleep + drain
+    triton = one(docs, "StatefulSet", "triton")["spec"]["template"]["spec"]
+    assert triton["terminationGracePeriodSeconds"] >= 30 + 60  # exit timeout + launch_triton's stop timeout
