@@ -465,7 +465,9 @@ def test_pods_get_time_to_drain_before_sigkill() -> None:
     pre_stop = container(one(docs, "Deployment", "gateway"), "gateway")["lifecycle"]["preStop"]["exec"][
         "command"
     ]
-    sleep = float(re.search(r"sleep\((\d+(?:\.\d+)?)\)", pre_stop[-1]).group(1))  # type: ignore[union-attr]
+    match = re.search(r"sleep\((\d+(?:\.\d+)?)\)", pre_stop[-1])
+    assert match, pre_stop
+    sleep = float(match.group(1))
     drain = Settings.model_fields["shutdown_grace_s"].default + 5  # streams, then uvicorn's own margin
     assert gateway["terminationGracePeriodSeconds"] > sleep + drain
     triton = one(docs, "StatefulSet", "triton")["spec"]["template"]["spec"]
