@@ -31,7 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
-from deploy.model_repo import render_repository
+from deploy.model_repo import ModelRepoError, parse_assignments, render_repository
 from deploy.tiny_model import build_tiny_model, default_cache_root
 
 logger = logging.getLogger(__name__)
@@ -265,12 +265,17 @@ class TritonServer:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
-    def wait_ready(self, timeout: float = 180.0) -> None:
-        """Poll /v2/health/ready until every model is loaded; raise TritonStartError on exit or timeout."""
+    def wait_ready(self, timeout: float = 180.0, *, abort: threading.Event | None = None) -> None:
+        """Poll /v2/health/ready until every model is loaded.
+
+        Raises TritonStartError if the server exits, ``timeout`` passes or ``abort`` is set.
+        """
         deadline = time.monotonic() + timeout
         while True:
             if self._process is None:
                 raise RuntimeError("start() the server first")
+            if abort is not None and abort.is_set():
+                raise TritonStartError("interrupted while waiting for tritonserver to become ready")
             if self._process.poll() is not None:
                 raise TritonStartError(
                     f"tritonserver exited with code {self._process.returncode}; last log lines "
@@ -303,9 +308,10 @@ class TritonServer:
         with self._lock:
             process = self._process
             if process is None:
-                self._cleanup_work_dir()
                 return
-            if process.poll() is None:
+            # A server that exited on its own failed: keep its work directory (and log) for a post-mortem.
+            crashed = process.poll() is not None
+            if not crashed:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal.SIGTERM)
                 try:
@@ -321,13 +327,15 @@ class TritonServer:
                 process.wait(5.0)
             self._process = None
             _LIVE_SERVERS.discard(self)
-            self._cleanup_work_dir()
-
-    def _cleanup_work_dir(self) -> None:
-        if self._own_work_dir:
-            # Keep the log when it lives in the work dir and the caller may still want to read it.
-            backends = self.work_dir / "backends"
-            shutil.rmtree(backends, ignore_errors=True)
+            if crashed:
+                logger.warning(
+                    "tritonserver had exited with code %s; its log: %s", process.returncode, self.log_file
+                )
+            elif self._own_work_dir:
+                # A clean stop leaves nothing behind (pass log_file to keep a log elsewhere).
+                shutil.rmtree(self.work_dir, ignore_errors=True)
+            else:
+                shutil.rmtree(self.work_dir / "backends", ignore_errors=True)
 
     def __enter__(self) -> TritonServer:
         self.start()
@@ -399,16 +407,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    own_work_dir = args.work_dir is None
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="devstack-", dir=_devstack_root()))
-    variables = dict(item.split("=", 1) for item in args.assignments)
-    repo = prepare_dev_repository(
-        work_dir / "model_repository",
-        model_dir=args.model_dir,
-        variant=args.variant,
-        engine_mode=args.engine_mode,
-        tokenizer_kind=args.tokenizer_kind,
-        variables=variables,
-    )
+    try:
+        repo = prepare_dev_repository(
+            work_dir / "model_repository",
+            model_dir=args.model_dir,
+            variant=args.variant,
+            engine_mode=args.engine_mode,
+            tokenizer_kind=args.tokenizer_kind,
+            variables=parse_assignments(args.assignments),
+        )
+    except ModelRepoError as exc:
+        logger.error("%s", exc)
+        if own_work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        return 2
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -419,9 +433,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_port=args.metrics_port,
         work_dir=work_dir,
     )
+    clean = False
     try:
         server.start()
-        server.wait_ready(args.ready_timeout)
+        server.wait_ready(args.ready_timeout, abort=stop)
         models = ",".join(sorted(m["name"] for m in server.repository_index()))
         sys.stdout.write(
             f"READY grpc={server.grpc_url} http={server.http_url} metrics={server.metrics_url} "
@@ -432,11 +447,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not server.is_running():
                 logger.error("tritonserver exited unexpectedly; last log lines:\n%s", server.log_tail())
                 return 1
+        clean = True
     except TritonStartError as exc:
-        logger.error("%s", exc)
-        return 1
+        if not stop.is_set():
+            logger.error("%s", exc)
+            return 1
+        clean = True
     finally:
         server.stop()
+        if clean and own_work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+        elif not clean:
+            logger.error("kept %s for inspection", work_dir)
     return 0
 
 

@@ -645,7 +645,8 @@ def render_repository(
     return out_dir
 
 
-def _parse_assignments(assignments: Sequence[str]) -> dict[str, str]:
+def parse_assignments(assignments: Sequence[str]) -> dict[str, str]:
+    """``["key=value", ...]`` (the CLI's ``--set`` values) as a dict; a malformed item names itself."""
     result: dict[str, str] = {}
     for item in assignments:
         name, sep, value = item.partition("=")
@@ -693,7 +694,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.out,
             backend=args.backend,
             variant=args.variant,
-            variables=_parse_assignments(args.assignments),
+            variables=parse_assignments(args.assignments),
             overwrite=args.overwrite,
         )
     except ModelRepoError as exc:

@@ -138,6 +138,8 @@ class StepStats:
     generation_sequences: int
     steps_total: int
     generated_tokens_total: int
+    # Tokens generated in steps shared by two or more sequences: zero if requests ran one at a time.
+    batched_tokens_total: int
     completed_requests_total: int
     cancelled_requests_total: int
     max_batch_size: int
@@ -311,6 +313,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._steps = 0
         self._tokens = 0
+        self._batched_tokens = 0
         self._completed = 0
         self._cancelled = 0
         self._max_batch = 0
@@ -405,6 +408,7 @@ class Engine:
     def _step(self) -> None:
         with self._lock:
             stop_ids, self._stop_ids = self._stop_ids, set()
+        tokens_before = self._tokens
         self._drop_cancelled(stop_ids)
         running = [s for s in self._active if not s.finished]
         if running:
@@ -420,6 +424,8 @@ class Engine:
         self._emit(scheduled)
         self._steps += 1
         self._max_batch = max(self._max_batch, len(scheduled))
+        if len(scheduled) > 1:
+            self._batched_tokens += self._tokens - tokens_before
         self._purge_finished()
         if self._on_step is not None:
             with self._lock:
@@ -434,6 +440,7 @@ class Engine:
                     generation_sequences=len(running),
                     steps_total=self._steps,
                     generated_tokens_total=self._tokens,
+                    batched_tokens_total=self._batched_tokens,
                     completed_requests_total=self._completed,
                     cancelled_requests_total=self._cancelled,
                     max_batch_size=self._max_batch,
