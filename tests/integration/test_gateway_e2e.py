@@ -1,0 +1,284 @@
+"""The gateway against the real local Triton stack, through official clients."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.conftest import TritonStack
+from tests.support.gateway_process import GatewayProcess
+from tests.support.openai_schema import validate
+
+pytestmark = pytest.mark.integration
+
+# served name -> (stack key, route)
+SERVED = {
+    "tiny": ("bpe_current", "ensemble"),
+    "tiny-legacy": ("bpe_legacy", "ensemble"),
+    "tiny-sp": ("metaspace_current", "ensemble"),
+    "tiny-stock": ("bpe_stock", "ensemble"),
+    "tiny-synthetic": ("bpe_synthetic", "ensemble"),
+    "tiny-engine": ("bpe_current", "engine"),
+}
+GREEDY = {"temperature": 0}
+PROMPTS = [
+    "Hello, how are you?",
+    "你好，世界！请介绍一下自己。",
+    "Emoji time 🎉🚀 and café",
+    "日本語のテキスト",
+]
+
+
+@pytest.fixture(scope="module")
+def gateway(triton_stack: TritonStack) -> Iterator[GatewayProcess]:
+    args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning"]
+    for name, (key, route) in SERVED.items():
+        m = triton_stack.models[key]
+        spec = f"name={name},tokenizer={m.tokenizer_dir},route={route},triton_model={m.ensemble},engine_model={m.engine}"
+        args += ["--model", spec]
+    with GatewayProcess(args) as process:
+        yield process
+
+
+@pytest.fixture
+def sdk(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0) as client:
+        yield client
+
+
+def chat_stream(sdk: openai.OpenAI, **kwargs: object) -> tuple[dict[int, str], dict[int, str], list[dict]]:
+    texts: dict[int, str] = {}
+    finishes: dict[int, str] = {}
+    chunks = []
+    for chunk in sdk.chat.completions.create(stream=True, **kwargs):  # type: ignore[call-overload]
+        body = chunk.model_dump(exclude_unset=True)
+        chunks.append(body)
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    return texts, finishes, chunks
+
+
+def test_openai_sdk_chat_and_completions_validate_against_the_official_schemas(
+    gateway: GatewayProcess,
+) -> None:
+    base = gateway.base_url
+    messages = [{"role": "user", "content": "Say something"}]
+    r = httpx.post(
+        f"{base}/v1/chat/completions", json={"model": "tiny", "messages": messages, "max_tokens": 8}
+    )
+    validate("CreateChatCompletionResponse", r.json())
+    r = httpx.post(f"{base}/v1/completions", json={"model": "tiny", "prompt": "Once", "max_tokens": 8})
+    validate("CreateCompletionResponse", r.json())
+    validate("ListModelsResponse", httpx.get(f"{base}/v1/models").json())
+    for path, body, schema in (
+        (
+            "/v1/chat/completions",
+            {"model": "tiny", "messages": messages},
+            "CreateChatCompletionStreamResponse",
+        ),
+        ("/v1/completions", {"model": "tiny", "prompt": "Once"}, "CreateCompletionResponse.stream"),
+    ):
+        payload = {**body, "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}, "n": 2}
+        with httpx.stream("POST", base + path, json=payload) as r:
+            events = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        for event in events[:-2]:
+            validate(schema, json.loads(event))
+        usage_chunk = json.loads(events[-2])
+        assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] > 0
+
+
+def test_openai_sdk_invoke_and_stream(sdk: openai.OpenAI) -> None:
+    out = sdk.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, **GREEDY
+    )
+    assert out.choices[0].finish_reason in ("stop", "length")
+    assert (
+        out.usage is not None
+        and out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+    )
+    texts, finishes, _ = chat_stream(
+        sdk, model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, **GREEDY
+    )
+    assert texts[0] == out.choices[0].message.content
+    assert finishes[0] == out.choices[0].finish_reason
+    completion = sdk.completions.create(model="tiny", prompt="Once upon a time", max_tokens=5, **GREEDY)
+    assert completion.usage is not None and completion.usage.completion_tokens <= 5
+
+
+def test_langchain_chat_openai_invokes_and_streams(gateway: GatewayProcess) -> None:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(
+        base_url=gateway.base_url + "/v1", api_key="unused", model="tiny", temperature=0, max_tokens=10
+    )
+    message = llm.invoke("Hello there")
+    streamed = "".join(str(chunk.content) for chunk in llm.stream("Hello there"))
+    assert streamed == message.content
+    assert message.response_metadata["finish_reason"] in ("stop", "length")
+    assert message.usage_metadata is not None and message.usage_metadata["output_tokens"] > 0
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny-sp", "tiny-stock", "tiny-legacy", "tiny-engine"])
+def test_greedy_stream_equals_non_stream_text_for_unicode_prompts(sdk: openai.OpenAI, model: str) -> None:
+    # ignore_eos: the random model must not end early, so there is real text to compare.
+    common = {"model": model, "max_tokens": 24, "extra_body": {"ignore_eos": True}, **GREEDY}
+    for prompt in PROMPTS:
+        messages = [{"role": "user", "content": prompt}]
+        full = sdk.chat.completions.create(messages=messages, **common)  # type: ignore[call-overload]
+        assert full.usage is not None and full.usage.completion_tokens == 24
+        assert full.choices[0].message.content and full.choices[0].finish_reason == "length"
+        texts, finishes, _ = chat_stream(sdk, messages=messages, **common)
+        assert texts[0] == full.choices[0].message.content, prompt
+        assert finishes[0] == full.choices[0].finish_reason
+        completion = sdk.completions.create(prompt=prompt, **common)  # type: ignore[call-overload]
+        assert completion.choices[0].text
+        chunks = sdk.completions.create(prompt=prompt, stream=True, **common)  # type: ignore[call-overload]
+        streamed = "".join(c.choices[0].text for c in chunks if c.choices)
+        assert streamed == completion.choices[0].text, prompt
+
+
+def reference_greedy_text(model_dir: Path, prompt_ids: list[int], max_tokens: int) -> str:
+    """transformers' own greedy generate for exactly `max_tokens` tokens (no end id), decoded
+    in the prompt's context."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt_ids]), max_new_tokens=max_tokens, do_sample=False, pad_token_id=0
+        )
+    generated = out[0, len(prompt_ids) :].tolist()
+    assert len(generated) == max_tokens
+    full = tok.decode(prompt_ids + generated, skip_special_tokens=True)
+    return full[len(tok.decode(prompt_ids, skip_special_tokens=True)) :]
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny-sp", "tiny-stock", "tiny-legacy", "tiny-engine"])
+def test_greedy_text_equals_transformers_generate(
+    sdk: openai.OpenAI, triton_stack: TritonStack, model: str
+) -> None:
+    from transformers import AutoTokenizer
+
+    m = triton_stack.models[SERVED[model][0]]
+    tok = AutoTokenizer.from_pretrained(m.tokenizer_dir)
+    for prompt in ("你好 world 🎉", "The quick brown fox"):
+        prompt_ids = tok.encode(prompt)
+        expected = reference_greedy_text(m.tokenizer_dir, prompt_ids, 20)
+        got = sdk.completions.create(
+            model=model, prompt=prompt, max_tokens=20, extra_body={"ignore_eos": True}, **GREEDY
+        )
+        assert got.usage is not None and got.usage.prompt_tokens == len(prompt_ids)
+        assert got.usage.completion_tokens == 20
+        assert got.choices[0].text == expected
+        assert expected
+
+
+def test_n_two_gives_indexes_0_and_1_and_a_seed_reproduces_sampling(sdk: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Tell me a story"}]
+    for model in ("tiny", "tiny-legacy"):  # native num_return_sequences, and fan-out
+        out = sdk.chat.completions.create(
+            model=model, messages=messages, n=2, max_tokens=10, temperature=1.0, seed=5
+        )  # type: ignore[arg-type]
+        assert sorted(c.index for c in out.choices) == [0, 1]
+        again = sdk.chat.completions.create(
+            model=model, messages=messages, n=2, max_tokens=10, temperature=1.0, seed=5
+        )  # type: ignore[arg-type]
+        assert [c.message.content for c in again.choices] == [c.message.content for c in out.choices]
+        texts, _, _ = chat_stream(
+            sdk, model=model, messages=messages, n=2, max_tokens=10, temperature=1.0, seed=5
+        )
+        assert sorted(texts) == [0, 1]
+    samples = {
+        sdk.completions.create(model="tiny", prompt="Pick", max_tokens=12, temperature=1.0, seed=s)
+        .choices[0]
+        .text
+        for s in range(4)
+    }
+    assert len(samples) > 1, "different seeds should sample different texts"
+
+
+def test_a_stop_string_from_the_middle_of_the_answer_cuts_exactly_before_it(sdk: openai.OpenAI) -> None:
+    base = sdk.completions.create(
+        model="tiny", prompt="The story begins", max_tokens=40, extra_body={"ignore_eos": True}, **GREEDY
+    )
+    text = base.choices[0].text
+    assert base.choices[0].finish_reason == "length" and base.usage and base.usage.completion_tokens == 40
+    start = len(text) // 2
+    stop = text[start : start + 3]
+    expected = text[: text.index(stop)]
+    for stream in (False, True):
+        if stream:
+            chunks = list(
+                sdk.completions.create(
+                    model="tiny",
+                    prompt="The story begins",
+                    max_tokens=40,
+                    stop=[stop],
+                    stream=True,
+                    extra_body={"ignore_eos": True},
+                    **GREEDY,
+                )
+            )  # type: ignore[call-overload]
+            got = "".join(c.choices[0].text for c in chunks if c.choices)
+            reason = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason][
+                -1
+            ]
+        else:
+            out = sdk.completions.create(
+                model="tiny",
+                prompt="The story begins",
+                max_tokens=40,
+                stop=stop,
+                extra_body={"ignore_eos": True},
+                **GREEDY,
+            )
+            got, reason = out.choices[0].text, out.choices[0].finish_reason
+        assert got == expected
+        assert reason == "stop"
+
+
+def test_max_tokens_one_gives_one_token_and_length(sdk: openai.OpenAI) -> None:
+    for model in SERVED:
+        out = sdk.completions.create(
+            model=model, prompt="Hello", max_tokens=1, extra_body={"ignore_eos": True}, **GREEDY
+        )
+        assert out.choices[0].finish_reason == "length", model
+        assert out.usage is not None and out.usage.completion_tokens == 1, model
+
+
+def test_the_engine_route_and_the_ensemble_route_agree(sdk: openai.OpenAI) -> None:
+    for prompt in PROMPTS:
+        a = sdk.completions.create(model="tiny", prompt=prompt, max_tokens=16, **GREEDY)
+        b = sdk.completions.create(model="tiny-engine", prompt=prompt, max_tokens=16, **GREEDY)
+        assert a.choices[0].text == b.choices[0].text
+        assert a.choices[0].finish_reason == b.choices[0].finish_reason
+        assert a.usage == b.usage
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"model": "nope", "prompt": "x"}, 404, "model_not_found"),
+        ({"model": "tiny", "prompt": "word " * 600}, 400, "context_length_exceeded"),
+        ({"model": "tiny", "prompt": "x", "max_tokens": -1}, 400, None),
+        ({"model": "tiny", "prompt": "x", "temperature": 9}, 400, None),
+    ],
+)
+def test_bad_requests_are_openai_errors(
+    gateway: GatewayProcess, body: dict, status: int, code: str | None
+) -> None:
+    r = httpx.post(gateway.base_url + "/v1/completions", json=body)
+    assert r.status_code == status
+    validate("ErrorResponse", r.json())
+    assert r.json()["error"]["code"] == code
