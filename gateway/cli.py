@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import Any, get_args, get_origin
 
@@ -114,8 +115,11 @@ def run_server(settings: Settings) -> None:
         "timeout_graceful_shutdown": settings.shutdown_grace_s + 5,
     }
     if settings.workers > 1:
-        # Worker processes each build the app from the same settings, sharing the port.
+        # Worker processes each build the app from the same settings, sharing the port; their
+        # metrics meet in a shared directory that /metrics aggregates.
         os.environ[SETTINGS_ENV] = settings.model_dump_json()
+        if not multiprocess_dir():
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gateway-metrics-")
         uvicorn.run("gateway.cli:app_from_env", factory=True, workers=settings.workers, **common)
     else:
         uvicorn.run(create_app(settings), **common)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 Route = Literal["ensemble", "engine"]
 
@@ -54,7 +55,7 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=9000, ge=0, le=65535, description="Port to listen on.")
     workers: int = Field(default=1, ge=1, description="Worker processes sharing the port.")
-    triton_url: list[str] = Field(
+    triton_url: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:8001"], description="Triton gRPC endpoint(s), HOST:PORT."
     )
     models: list[ServedModel] = Field(default_factory=list, description="Served models.")
@@ -72,13 +73,13 @@ class Settings(BaseSettings):
     max_stop_strings: int = Field(default=16, ge=0, description="Most stop strings per request.")
     max_stop_string_length: int = Field(default=256, ge=1, description="Longest stop string, in characters.")
     sse_ping_s: float = Field(default=15.0, ge=0, description="SSE keep-alive comment interval (0: off).")
-    api_keys: list[str] = Field(
+    api_keys: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Accepted API keys (comma-separated in the environment); none configured: no auth.",
     )
     api_key_file: Path | None = Field(default=None, description="File with one accepted API key per line.")
     protect_metrics: bool = Field(default=False, description="Require an API key for /metrics too.")
-    cors_origins: list[str] = Field(
+    cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Allowed CORS origins (comma-separated); empty: CORS off."
     )
     max_body_bytes: int = Field(
@@ -107,8 +108,12 @@ class Settings(BaseSettings):
     @field_validator("triton_url", "api_keys", "cors_origins", mode="before")
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
+        # Lists come from the environment as `a,b` (or JSON, as pydantic-settings writes them).
         if isinstance(value, str):
-            return [u.strip() for u in value.split(",") if u.strip()]
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [u.strip() for u in text.split(",") if u.strip()]
         return value
 
     def accepted_keys(self) -> list[str]:

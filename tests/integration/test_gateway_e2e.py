@@ -39,7 +39,8 @@ def gateway(triton_stack: TritonStack) -> Iterator[GatewayProcess]:
     args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning"]
     for name, (key, route) in SERVED.items():
         m = triton_stack.models[key]
-        spec = f"name={name},tokenizer={m.tokenizer_dir},route={route},triton_model={m.ensemble},engine_model={m.engine}"
+        spec = f"name={name},tokenizer={m.tokenizer_dir},route={route}"
+        spec += f",triton_model={m.ensemble},engine_model={m.engine}"
         args += ["--model", spec]
     with GatewayProcess(args) as process:
         yield process

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import build_parser, settings_from_args
+from gateway.config import ServedModel, Settings
+
+
+def test_list_settings_come_from_the_environment_as_comma_lists_or_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GATEWAY_TRITON_URL", "a:8001, b:8001")
+    monkeypatch.setenv("GATEWAY_API_KEYS", '["k1", "k2"]')
+    s = Settings()
+    assert s.triton_url == ["a:8001", "b:8001"]
+    assert s.api_keys == ["k1", "k2"]
+
+
+def test_flags_win_over_environment_which_wins_over_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text("port: 7000\nmax_n: 3\nlog_level: debug\nmodels:\n  - {name: m, tokenizer: /tok}\n")
+    monkeypatch.setenv("GATEWAY_CONFIG_FILE", str(config))
+    monkeypatch.setenv("GATEWAY_MAX_N", "5")
+    args = build_parser().parse_args(
+        ["serve", "--log-level", "warning", "--triton-url", "t:1", "--triton-url", "t:2"]
+    )
+    s = settings_from_args(args)
+    assert (s.port, s.max_n, s.log_level, s.triton_url) == (7000, 5, "warning", ["t:1", "t:2"])
+    assert s.models == [ServedModel(name="m", tokenizer=Path("/tok"))]
+
+
+def test_model_specs_parse_and_reject_nonsense() -> None:
+    m = ServedModel.parse_spec("name=tiny,tokenizer=/x,route=engine,engine_model=trt")
+    assert (m.name, m.route, m.engine_model, m.triton_model) == ("tiny", "engine", "trt", "ensemble")
+    with pytest.raises(ValueError):
+        ServedModel.parse_spec("name=tiny,tokenizer=/x,route=warp")
+    with pytest.raises(ValueError):
+        ServedModel.parse_spec("tiny")
+
+
+def test_every_flag_documents_its_environment_variable() -> None:
+    text = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    for name in Settings.model_fields:
+        assert f"GATEWAY_{name.upper()}" in text.replace("\n", " ").replace("  ", " ")
