@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -17,6 +16,8 @@ from typing import Any, get_args, get_origin
 from pydantic import ValidationError
 
 from gateway.config import ServedModel, Settings
+from gateway.logs import configure_logging
+from gateway.metrics import multiprocess_dir
 
 SETTINGS_ENV = "GATEWAY_SETTINGS_JSON"
 # Settings whose flag name differs from the field name (repeatable, singular).
@@ -100,9 +101,7 @@ def run_server(settings: Settings) -> None:
 
     from gateway.app import create_app
 
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     if not settings.models:
         raise SystemExit("gateway: no model configured (use --model name=...,tokenizer=DIR)")
     common: dict[str, Any] = {
@@ -129,9 +128,7 @@ def app_from_env() -> Any:
     from gateway.app import create_app
 
     settings = Settings.model_validate(json.loads(os.environ[SETTINGS_ENV]))
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     return create_app(settings)
 
 
