@@ -19,7 +19,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ VOCAB_SIZE: Final = {"bpe": 640, "metaspace": 700}
 # Keeps rare characters (most CJK, all emoji) out of the metaspace alphabet so they use byte fallback.
 METASPACE_ALPHABET_LIMIT: Final = 90
 
-MODEL_PARAMS: Final = {
+MODEL_PARAMS: Final[dict[str, Any]] = {
     "hidden_size": 64,
     "intermediate_size": 176,
     "num_hidden_layers": 2,

@@ -23,9 +23,10 @@ TYPE = model_config_pb2.DataType.Value
 BOTH = ("current", "legacy")
 CURRENT = ("current",)
 LEGACY = ("legacy",)
+# (name, data type, dims, variants that declare it), as in the stock repositories.
+Row = tuple[str, str, list[int], tuple[str, ...]]
 
-# (name, data type, dims, variants that declare it) for the ensemble, as in the stock repositories.
-ENSEMBLE_INPUTS = [
+ENSEMBLE_INPUTS: list[Row] = [
     ("text_input", "TYPE_STRING", [1], BOTH),
     ("max_tokens", "TYPE_INT32", [1], BOTH),
     ("bad_words", "TYPE_STRING", [-1], BOTH),
@@ -63,7 +64,7 @@ ENSEMBLE_INPUTS = [
     ("guided_decoding_guide_type", "TYPE_STRING", [1], CURRENT),
     ("guided_decoding_guide", "TYPE_STRING", [1], CURRENT),
 ]
-ENSEMBLE_OUTPUTS = [
+ENSEMBLE_OUTPUTS: list[Row] = [
     ("text_output", "TYPE_STRING", [-1], BOTH),
     ("cum_log_probs", "TYPE_FP32", [-1], BOTH),
     ("output_log_probs", "TYPE_FP32", [-1, -1], BOTH),
@@ -77,8 +78,11 @@ ENSEMBLE_OUTPUTS = [
     ("arrival_time_ns", "TYPE_INT64", [1], CURRENT),
     ("acceptance_rate", "TYPE_FP32", [1], CURRENT),
 ]
-OUTPUT_IDS = [("output_ids", "TYPE_INT32", [-1, -1], BOTH), ("sequence_length", "TYPE_INT32", [-1], BOTH)]
-ENGINE_INPUTS = [
+OUTPUT_IDS: list[Row] = [
+    ("output_ids", "TYPE_INT32", [-1, -1], BOTH),
+    ("sequence_length", "TYPE_INT32", [-1], BOTH),
+]
+ENGINE_INPUTS: list[Row] = [
     ("input_ids", "TYPE_INT32", [-1], BOTH),
     ("input_lengths", "TYPE_INT32", [1], BOTH),
     ("request_output_len", "TYPE_INT32", [1], BOTH),
@@ -109,7 +113,7 @@ ENGINE_INPUTS = [
     ("streaming", "TYPE_BOOL", [1], BOTH),
     ("stop", "TYPE_BOOL", [1], BOTH),
 ]
-ENGINE_OUTPUTS = [
+ENGINE_OUTPUTS: list[Row] = [
     ("output_ids", "TYPE_INT32", [-1, -1], BOTH),
     ("sequence_length", "TYPE_INT32", [-1], BOTH),
     ("cum_log_probs", "TYPE_FP32", [-1], BOTH),
@@ -121,7 +125,7 @@ ENGINE_OUTPUTS = [
     ("num_input_tokens", "TYPE_INT32", [1], CURRENT),
     ("num_output_tokens", "TYPE_INT32", [1], CURRENT),
 ]
-PREPROCESSING_INPUTS = [
+PREPROCESSING_INPUTS: list[Row] = [
     ("QUERY", "TYPE_STRING", [1], BOTH),
     ("REQUEST_OUTPUT_LEN", "TYPE_INT32", [1], BOTH),
     ("BAD_WORDS_DICT", "TYPE_STRING", [-1], BOTH),
@@ -131,7 +135,7 @@ PREPROCESSING_INPUTS = [
     ("END_ID", "TYPE_INT32", [1], BOTH),
     ("PAD_ID", "TYPE_INT32", [1], BOTH),
 ]
-PREPROCESSING_OUTPUTS = [
+PREPROCESSING_OUTPUTS: list[Row] = [
     ("INPUT_ID", "TYPE_INT32", [-1], BOTH),
     ("REQUEST_INPUT_LEN", "TYPE_INT32", [1], BOTH),
     ("BAD_WORDS_IDS", "TYPE_INT32", [2, -1], BOTH),
@@ -141,13 +145,13 @@ PREPROCESSING_OUTPUTS = [
     ("OUT_END_ID", "TYPE_INT32", [1], BOTH),
     ("OUT_PAD_ID", "TYPE_INT32", [1], BOTH),
 ]
-POSTPROCESSING_INPUTS = [
+POSTPROCESSING_INPUTS: list[Row] = [
     ("TOKENS_BATCH", "TYPE_INT32", [-1, -1], BOTH),
     ("SEQUENCE_LENGTH", "TYPE_INT32", [-1], BOTH),
 ]
-POSTPROCESSING_OUTPUTS = [("OUTPUT", "TYPE_STRING", [-1], BOTH)]
+POSTPROCESSING_OUTPUTS: list[Row] = [("OUTPUT", "TYPE_STRING", [-1], BOTH)]
 
-TABLES = {
+TABLES: dict[tuple[str, str], list[Row]] = {
     ("ensemble", "input"): ENSEMBLE_INPUTS,
     ("ensemble", "output"): ENSEMBLE_OUTPUTS + OUTPUT_IDS,
     ("tensorrt_llm", "input"): ENGINE_INPUTS,

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,7 @@ def _digest(directory: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def tokenizers(tiny_bpe_dir: Path, tiny_metaspace_dir: Path) -> dict[str, object]:
+def tokenizers(tiny_bpe_dir: Path, tiny_metaspace_dir: Path) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     return {
@@ -72,7 +73,7 @@ def test_unknown_kind_is_rejected(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", tiny_model.KINDS)
 def test_model_and_tokenizer_load_offline_with_chat_template_and_extra_eos(
-    kind: str, tiny_bpe_dir: Path, tiny_metaspace_dir: Path, tokenizers: dict[str, object]
+    kind: str, tiny_bpe_dir: Path, tiny_metaspace_dir: Path, tokenizers: dict[str, Any]
 ) -> None:
     from transformers import AutoModelForCausalLM
 
@@ -109,7 +110,7 @@ def test_model_and_tokenizer_load_offline_with_chat_template_and_extra_eos(
 
 
 @pytest.mark.parametrize("kind", tiny_model.KINDS)
-def test_corpus_has_tokens_that_are_partial_utf8_characters(kind: str, tokenizers: dict[str, object]) -> None:
+def test_corpus_has_tokens_that_are_partial_utf8_characters(kind: str, tokenizers: dict[str, Any]) -> None:
     tokenizer = tokenizers[kind]
     surface = token_bytes.TokenBytes(tokenizer)
     partial = 0
@@ -124,7 +125,7 @@ def test_corpus_has_tokens_that_are_partial_utf8_characters(kind: str, tokenizer
 @pytest.mark.parametrize("kind", tiny_model.KINDS)
 @pytest.mark.parametrize("text", TEXTS)
 def test_token_bytes_concatenate_to_the_decoded_text(
-    kind: str, text: str, tokenizers: dict[str, object]
+    kind: str, text: str, tokenizers: dict[str, Any]
 ) -> None:
     tokenizer = tokenizers[kind]
     surface = token_bytes.TokenBytes(tokenizer)
@@ -143,7 +144,7 @@ def test_token_bytes_concatenate_to_the_decoded_text(
 
 @pytest.mark.parametrize("kind", tiny_model.KINDS)
 def test_streamed_continuation_bytes_equal_the_continuation_text(
-    kind: str, tokenizers: dict[str, object]
+    kind: str, tokenizers: dict[str, Any]
 ) -> None:
     tokenizer = tokenizers[kind]
     surface = token_bytes.TokenBytes(tokenizer)
@@ -159,7 +160,7 @@ def test_streamed_continuation_bytes_equal_the_continuation_text(
 
 
 @pytest.mark.parametrize("kind", tiny_model.KINDS)
-def test_special_tokens_are_skipped_unless_asked_for(kind: str, tokenizers: dict[str, object]) -> None:
+def test_special_tokens_are_skipped_unless_asked_for(kind: str, tokenizers: dict[str, Any]) -> None:
     tokenizer = tokenizers[kind]
     eot = tokenizer.convert_tokens_to_ids(tiny_model.EOT_TOKEN)
 
@@ -169,7 +170,7 @@ def test_special_tokens_are_skipped_unless_asked_for(kind: str, tokenizers: dict
     assert token_bytes.token_surface_bytes(tokenizer, call) == b"<tool_call>"
 
 
-def test_byte_fallback_and_metaspace_marks_map_to_bytes(tokenizers: dict[str, object]) -> None:
+def test_byte_fallback_and_metaspace_marks_map_to_bytes(tokenizers: dict[str, Any]) -> None:
     tokenizer = tokenizers["metaspace"]
     surface = token_bytes.TokenBytes(tokenizer)
 
