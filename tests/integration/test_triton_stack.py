@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from deploy import model_repo
 from tests.integration.conftest import (
     STACK_LAYOUT,
     SYNTHETIC_STEP_MS,
@@ -165,16 +168,37 @@ def test_streaming_through_the_ensemble_sends_one_response_per_token_then_a_fina
         assert streamed_ids(responses) == expected
         assert all(r.outputs["output_ids"].shape == (1, 1, 1) for r in tokens)
     text = b"".join(r.outputs["text_output"].reshape(-1)[0] for r in tokens)
-    assert text.decode("utf-8", errors="replace") == continuation_text(model, prompt, expected)
+    assert_continuation(model, prompt, expected, text)
 
 
-def continuation_text(model: StackModel, prompt: list[int], completion: list[int]) -> str:
-    """What a completion adds to its prompt's text (how a gateway's incremental detokenizer sees it)."""
+def assert_continuation(model: StackModel, prompt: list[int], completion: list[int], text: bytes) -> None:
+    """``text`` is exactly what ``completion`` adds to the prompt's text.
+
+    Compared as bytes with the (unit-tested) surface-bytes function; when they are valid UTF-8, also
+    as text with transformers' decoding of prompt + completion minus the prompt. Invalid sequences
+    are left out of that comparison because the tokenizers' decoders replace them lossily (a byte
+    fallback run becomes one U+FFFD per byte, even its ASCII bytes).
+    """
     tokenizer = _tokenizer(model.tokenizer_dir)
+    assert text == _token_bytes_module().TokenBytes(tokenizer).join(completion)
+    try:
+        decoded = text.decode("utf-8")
+    except UnicodeDecodeError:
+        return
     whole = tokenizer.decode(prompt + completion, skip_special_tokens=True)
     start = tokenizer.decode(prompt, skip_special_tokens=True)
     assert whole.startswith(start)
-    return whole[len(start) :]
+    assert decoded == whole[len(start) :]
+
+
+@cache
+def _token_bytes_module() -> ModuleType:
+    path = model_repo.TEMPLATES_DIR / "postprocessing" / "1" / "token_bytes.py"
+    spec = importlib.util.spec_from_file_location("integration_token_bytes", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.parametrize("key", ["bpe_current", "bpe_legacy", "metaspace_current"])
@@ -213,8 +237,7 @@ def test_ensemble_non_streaming_excludes_the_prompt_on_request(triton_stack: Tri
 
     assert response.outputs["output_ids"][0, 0].tolist() == expected
     assert response.outputs["sequence_length"].tolist() == [[10]]
-    text = response.outputs["text_output"][0, 0].decode("utf-8", errors="replace")
-    assert text == continuation_text(model, prompt, expected)
+    assert_continuation(model, prompt, expected, response.outputs["text_output"][0, 0])
 
 
 def test_concurrent_requests_are_batched_and_each_still_equals_generate(triton_stack: TritonStack) -> None:
