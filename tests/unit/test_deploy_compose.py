@@ -59,7 +59,7 @@ def compose(env: dict[str, str] = ENV) -> dict[str, Any]:
 def test_compose_file_parses_with_the_example_env() -> None:
     doc = compose()
     assert doc["name"] == "trtllm-gateway"
-    assert set(doc["services"]) == {"engine-build", "triton", "gateway", "prometheus"}
+    assert set(doc["services"]) == {"engine-build", "triton", "gateway", "prometheus", "grafana"}
 
 
 def test_every_variable_compose_uses_is_in_the_env_file_and_every_env_entry_is_used() -> None:
