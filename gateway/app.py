@@ -114,7 +114,7 @@ class TritonEngines:
 
         if model.route == "engine":
             return TritonEngine(self.pool, model.engine_model, route="engine")
-        return TritonEngine(self.pool, model.triton_model, route="ensemble")
+        return TritonEngine(self.pool, model.triton_model, route="ensemble", engine_model=model.engine_model)
 
     def start(self) -> None:
         self.pool.start()

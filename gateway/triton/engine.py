@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import AsyncIterator
 
 import grpc
@@ -19,18 +20,24 @@ from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
 from gateway.triton.connection import is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
-from gateway.triton.tensors import ParsedResponse, build_request, parse_response
+from gateway.triton.tensors import ParsedResponse, build_request, parse_response, stop_request
 
 logger = logging.getLogger(__name__)
 
 
 class TritonEngine:
-    def __init__(self, pool: TritonPool, model: str, route: c.Route = "ensemble") -> None:
+    def __init__(
+        self, pool: TritonPool, model: str, route: c.Route = "ensemble", *, engine_model: str | None = None
+    ) -> None:
         self._pool = pool
         self._model = model
         self._route = route
+        # For the ensemble route: the engine model to send `stop` requests to, if it has that input.
+        self._engine_model = engine_model
+        self._stop_model: str | None = None
         self._contract: c.Contract | None = None
         self._lock = asyncio.Lock()
+        self._background: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ introspection
 
@@ -88,6 +95,12 @@ class TritonEngine:
         for step in config.ensemble_scheduling.step:
             sub = await conn.model_config(step.model_name)
             decoupled = decoupled or bool(sub.model_transaction_policy.decoupled)
+        if self._route == "ensemble" and self._engine_model is not None:
+            steps = {step.model_name for step in config.ensemble_scheduling.step}
+            if self._engine_model in steps:
+                engine = await conn.model_config(self._engine_model)
+                if any(i.name == "stop" for i in engine.input):
+                    self._stop_model = self._engine_model
         return c.read_contract(config, self._route).with_decoupled(decoupled)
 
     async def is_ready(self) -> bool:
@@ -146,10 +159,13 @@ class TritonEngine:
         index: int,
     ) -> AsyncIterator[GenerationDelta]:
         streaming = contract.decoupled
+        # Numeric ids: older TensorRT-LLM backends only accept request ids that parse as integers,
+        # and the id is what a `stop` request uses to find this request in the engine.
+        triton_id = str(random.getrandbits(63))
         infer_request = build_request(
             contract,
             request,
-            request_id=request.request_id if index == 0 else f"{request.request_id}-{index}",
+            request_id=triton_id,
             seed=seed,
             num_sequences=num_sequences,
             stream=streaming,
@@ -171,7 +187,9 @@ class TritonEngine:
             written.clear()
             endpoint.outstanding += 1
             try:
-                async for parsed in self._call(endpoint, requests(), written, single=not streaming):
+                async for parsed in self._call(
+                    endpoint, requests(), written, single=not streaming, request_id=triton_id
+                ):
                     if first:
                         self._pool.succeeded(endpoint)
                         first = False
@@ -210,6 +228,7 @@ class TritonEngine:
         written: asyncio.Event,
         *,
         single: bool,
+        request_id: str,
     ) -> AsyncIterator[ParsedResponse]:
         """One gRPC stream: parsed responses until the final one. Closing it early cancels the call."""
         call = endpoint.connection.stub.ModelStreamInfer(requests)
@@ -236,6 +255,29 @@ class TritonEngine:
             written.set()
             if not finished:
                 call.cancel()
+                if self._stop_model is not None and started:
+                    self._send_stop(endpoint, request_id)
+
+    def _send_stop(self, endpoint: Endpoint, request_id: str) -> None:
+        """Fire-and-forget: tell the engine to stop the request the ensemble no longer waits for."""
+        assert self._stop_model is not None
+        stop = stop_request(self._stop_model, request_id)
+
+        async def send() -> None:
+            async def one() -> AsyncIterator[service_pb2.ModelInferRequest]:
+                yield stop
+
+            try:
+                async for response in endpoint.connection.stub.ModelStreamInfer(one(), timeout=10):
+                    if response.error_message:
+                        logger.warning("stop request for %s failed: %s", request_id, response.error_message)
+                    break
+            except grpc.aio.AioRpcError as exc:
+                logger.warning("stop request for %s failed: %s", request_id, exc.details())
+
+        task = asyncio.create_task(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
 
 class _Failover(Exception):

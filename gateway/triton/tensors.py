@@ -139,9 +139,27 @@ def build_request(
 
 
 def requested_outputs(contract: c.Contract) -> list[str]:
-    wanted = [c.OUTPUT_IDS, c.SEQUENCE_LENGTH] if contract.exposes_token_ids else [c.TEXT_OUTPUT]
-    wanted += [c.SEQUENCE_INDEX, c.NUM_INPUT_TOKENS, c.NUM_OUTPUT_TOKENS]
+    wanted = [c.OUTPUT_IDS, c.SEQUENCE_LENGTH] if contract.exposes_token_ids else []
+    # A decoupled ensemble only answers when an output of its last step (postprocessing's
+    # text_output) is asked for: asking for the engine's tensors alone gets no responses at all.
+    wanted += [c.TEXT_OUTPUT, c.SEQUENCE_INDEX, c.NUM_INPUT_TOKENS, c.NUM_OUTPUT_TOKENS]
     return [n for n in wanted if n in contract.outputs]
+
+
+def stop_request(model: str, request_id: str) -> service_pb2.ModelInferRequest:
+    """A `stop` request for the engine model: stops the in-flight request with the same id.
+
+    Triton does not pass a cancelled ensemble call on to the composing models, so the engine
+    would otherwise keep generating for a client that is gone; the TensorRT-LLM backend (and our
+    CPU engine) stop a request when a request with its id arrives with stop=true.
+    """
+    out = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    one = np.array([[1]], dtype=np.int32).tobytes()
+    _tensor(out, "input_ids", "INT32", [1, 1], one)
+    _tensor(out, "input_lengths", "INT32", [1, 1], one)
+    _tensor(out, "request_output_len", "INT32", [1, 1], one)
+    _tensor(out, "stop", "BOOL", [1, 1], np.array([[True]]).tobytes())
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +209,12 @@ def parse_response(response: Any) -> ParsedResponse:
             n_out = array("i", raw)[0] if raw else None
         elif name == c.NUM_INPUT_TOKENS:
             n_in = array("i", raw)[0] if raw else None
-    if ids is not None and seq_len is not None:
-        # output_ids is [1, beam, padded tokens]: only the first sequence_length are real.
-        ids = ids[:seq_len]
+    if ids is not None:
+        # Token ids are exact; text_output comes along only because the ensemble needs it asked for.
+        text = None
+        if seq_len is not None:
+            # output_ids is [1, beam, padded tokens]: only the first sequence_length are real.
+            ids = ids[:seq_len]
     params = response.parameters
     final = "triton_final_response" in params and params["triton_final_response"].bool_param
     return ParsedResponse(

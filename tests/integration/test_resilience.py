@@ -1,0 +1,185 @@
+"""Faults against the real stack: Triton killed and restarted, clients vanishing, a dead endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deploy.devstack import TritonServer
+from deploy.model_repo import render_repository
+from tests.integration.conftest import TritonStack
+from tests.support.gateway_process import GatewayProcess
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "bpe_synthetic_"  # the session stack's synthetic repository; extra servers reuse its names
+
+
+def synthetic_repository(root: Path, tokenizer_dir: Path) -> Path:
+    variables = {
+        "tokenizer_dir": tokenizer_dir,
+        "engine_mode": "synthetic",
+        "synthetic_step_ms": 20,
+        "name_prefix": PREFIX,
+    }
+    return render_repository(root, backend="cpu", variant="current", variables=variables)
+
+
+def gateway_args(*urls: str, tokenizer_dir: Path) -> list[str]:
+    args = [
+        "--log-level",
+        "warning",
+        "--model",
+        f"name=syn,tokenizer={tokenizer_dir},triton_model={PREFIX}ensemble,engine_model={PREFIX}tensorrt_llm",
+    ]
+    for url in urls:
+        args += ["--triton-url", url]
+    return args
+
+
+async def read_stream(
+    client: httpx.AsyncClient, url: str, body: dict, started: asyncio.Event | None
+) -> list[str]:
+    events: list[str] = []
+    async with client.stream("POST", url, json=body) as r:
+        assert r.status_code == 200
+        async for line in r.aiter_lines():
+            if line.startswith("data: "):
+                events.append(line.removeprefix("data: "))
+                if started is not None and len(events) >= 2:
+                    started.set()
+    return events
+
+
+# 480 steps of 20 ms: streams stay open for ~10 s, far longer than any test needs them.
+STREAM = {"model": "syn", "prompt": "go", "max_tokens": 480, "stream": True, "ignore_eos": True}
+
+
+@pytest.fixture
+def private_triton(tmp_path: Path, triton_stack: TritonStack) -> Iterator[tuple[TritonServer, Path]]:
+    tokenizer_dir = triton_stack.models["bpe_synthetic"].tokenizer_dir
+    repo = synthetic_repository(tmp_path / "repo", tokenizer_dir)
+    server = TritonServer([repo], work_dir=tmp_path / "server")
+    server.start()
+    try:
+        server.wait_ready(300)
+        yield server, repo
+    finally:
+        server.stop()
+
+
+async def test_killing_triton_ends_every_open_stream_with_an_error_and_the_gateway_recovers(
+    private_triton: tuple[TritonServer, Path], triton_stack: TritonStack, tmp_path: Path
+) -> None:
+    server, repo = private_triton
+    tokenizer_dir = triton_stack.models["bpe_synthetic"].tokenizer_dir
+    ports = (server.grpc_port, server.http_port, server.metrics_port)
+    with GatewayProcess(gateway_args(server.grpc_url, tokenizer_dir=tokenizer_dir)) as gw:
+        url = gw.base_url + "/v1/completions"
+        async with httpx.AsyncClient(timeout=60) as client:
+            started = [asyncio.Event() for _ in range(20)]
+            tasks = [asyncio.create_task(read_stream(client, url, STREAM, ev)) for ev in started]
+            await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), 60)
+            assert server.pid is not None
+            os.killpg(server.pid, signal.SIGKILL)  # no goodbye: the way a crash looks
+            results = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+            for events in results:
+                assert events[-1] == "[DONE]"
+                error = json.loads(events[-2])["error"]
+                assert error["code"] in ("engine_unavailable", "engine_error")
+            assert gw.alive()
+            assert (await client.get(gw.base_url + "/health")).status_code == 200
+            # Readiness answers are cached for a second; it turns 503 right after.
+            for _ in range(50):
+                r = await client.get(gw.base_url + "/health/ready")
+                if r.status_code == 503:
+                    break
+                await asyncio.sleep(0.1)
+            assert r.status_code == 503
+            r = await client.post(url, json={**STREAM, "stream": False, "max_tokens": 3})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
+
+            restarted = TritonServer(
+                [repo],
+                grpc_port=ports[0],
+                http_port=ports[1],
+                metrics_port=ports[2],
+                work_dir=tmp_path / "again",
+            )
+            restarted.start()
+            try:
+                restarted.wait_ready(300)
+                ok = False
+                for _ in range(100):
+                    r = await client.post(url, json={**STREAM, "stream": False, "max_tokens": 3})
+                    if r.status_code == 200:
+                        ok = True
+                        break
+                    await asyncio.sleep(0.2)
+                assert ok, r.text
+                assert r.json()["usage"]["completion_tokens"] == 3
+                assert gw.alive()
+            finally:
+                restarted.stop()
+
+
+async def test_two_hundred_dropped_streams_leave_nothing_running(triton_stack: TritonStack) -> None:
+    model = triton_stack.models["bpe_synthetic"]
+    labels = {"request_type": "active", "model": model.engine, "version": "1"}
+    with GatewayProcess(gateway_args(triton_stack.grpc_url, tokenizer_dir=model.tokenizer_dir)) as gw:
+        url = gw.base_url + "/v1/completions"
+        limits = httpx.Limits(max_connections=300)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+            started = [asyncio.Event() for _ in range(200)]
+            tasks = [asyncio.create_task(read_stream(client, url, STREAM, ev)) for ev in started]
+            await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), 120)
+            assert triton_stack.metric("nv_trt_llm_request_metrics", **labels) >= 150
+            for task in tasks:
+                task.cancel()  # the client goes away mid-stream
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await wait_until(
+            lambda: triton_stack.metric("nv_trt_llm_request_metrics", **labels) == 0, timeout=1.0
+        )
+        async with httpx.AsyncClient(timeout=10) as client:
+            # The scrape itself is the one request in flight.
+            for _ in range(50):
+                text = (await client.get(gw.base_url + "/metrics")).text
+                if "gateway_requests_in_flight 1.0" in text:
+                    break
+                await asyncio.sleep(0.05)
+        assert "gateway_requests_in_flight 1.0" in text
+        assert 'gateway_cancellations_total{reason="client_disconnect"} 200.0' in text
+
+
+async def test_with_two_tritons_and_one_stopped_every_request_succeeds(
+    private_triton: tuple[TritonServer, Path], triton_stack: TritonStack
+) -> None:
+    second, _ = private_triton
+    tokenizer_dir = triton_stack.models["bpe_synthetic"].tokenizer_dir
+    with GatewayProcess(
+        gateway_args(second.grpc_url, triton_stack.grpc_url, tokenizer_dir=tokenizer_dir)
+    ) as gw:
+        second.stop()
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = {"model": "syn", "prompt": "hi", "max_tokens": 4, "ignore_eos": True}
+            results = await asyncio.gather(
+                *(client.post(gw.base_url + "/v1/completions", json=body) for _ in range(30))
+            )
+            assert [r.status_code for r in results] == [200] * 30
+            streams = await asyncio.gather(
+                *(
+                    read_stream(client, gw.base_url + "/v1/completions", {**body, "stream": True}, None)
+                    for _ in range(10)
+                )
+            )
+            assert all(s[-1] == "[DONE]" and "error" not in s[-2] for s in streams)
+            metrics = (await client.get(gw.base_url + "/metrics")).text
+        assert f'gateway_triton_endpoint_healthy{{endpoint="{second.grpc_url}"}} 0.0' in metrics
