@@ -158,6 +158,7 @@ def test_requested_outputs_prefer_token_ids() -> None:
     assert requested_outputs(contract_of(CURRENT)) == [
         "output_ids",
         "sequence_length",
+        "text_output",  # a decoupled ensemble only answers when its last step's output is asked for
         "sequence_index",
         "num_output_tokens",
     ]
@@ -263,3 +264,22 @@ def test_the_engine_route_sends_ids_under_the_engine_names() -> None:
 def test_the_engine_route_needs_the_engine_inputs() -> None:
     with pytest.raises(c.ContractError, match="input_ids"):
         contract_of(CURRENT, "engine")
+
+
+def test_ids_win_over_the_text_that_comes_along() -> None:
+    ids = np.array([[[5]]], dtype=np.int32).tobytes()
+    raw = struct.pack("<I", 1) + b"x"
+    parsed = parse_response(
+        _response({"output_ids": ("INT32", [1, 1, 1], ids), "text_output": ("BYTES", [1, 1], raw)})
+    )
+    assert parsed.token_ids == (5,) and parsed.text is None
+
+
+def test_the_stop_request_names_the_engine_and_the_request() -> None:
+    from gateway.triton.tensors import stop_request
+
+    stop = stop_request("tensorrt_llm", "42")
+    values = tensor_values(stop)
+    assert (stop.model_name, stop.id) == ("tensorrt_llm", "42")
+    assert values["stop"] == ("BOOL", [1, 1], [True])
+    assert set(values) == {"input_ids", "input_lengths", "request_output_len", "stop"}
