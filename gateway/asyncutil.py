@@ -12,13 +12,17 @@ T = TypeVar("T")
 _END = object()
 
 
-async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
+def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
     """Interleave several async iterators as their items arrive. Closing the merged iterator (or
-    an error in one source) cancels every source, which is how engine requests get cancelled."""
+    an error in one source) cancels every source, which is how engine requests get cancelled.
+
+    A single stream is returned as it is: every wrapping generator costs each streamed token."""
     if len(streams) == 1:
-        async for item in streams[0]:
-            yield item
-        return
+        return streams[0]
+    return _merge(streams)
+
+
+async def _merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
     queue: asyncio.Queue[object] = asyncio.Queue()
 
     async def pump(stream: AsyncIterator[T]) -> None:
@@ -49,16 +53,19 @@ async def merge(streams: Sequence[AsyncIterator[T]]) -> AsyncIterator[T]:
                 await task
 
 
-async def until_deadline(stream: AsyncIterator[T], deadline: float | None) -> AsyncIterator[T]:
+def until_deadline(stream: AsyncIterator[T], deadline: float | None) -> AsyncIterator[T]:
     """Iterate `stream` until the loop-time `deadline`, then raise TimeoutError.
 
     The timeout wraps only the wait for the next item, so it can only ever cancel the producer
-    (whose cleanup cancels the engine request), never the consumer's own writes.
+    (whose cleanup cancels the engine request), never the consumer's own writes. Without a
+    deadline the stream is returned as it is.
     """
     if deadline is None:
-        async for item in stream:
-            yield item
-        return
+        return stream
+    return _until_deadline(stream, deadline)
+
+
+async def _until_deadline(stream: AsyncIterator[T], deadline: float) -> AsyncIterator[T]:
     iterator = aiter(stream)
     while True:
         try:

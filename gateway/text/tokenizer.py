@@ -44,15 +44,25 @@ class Tokenizer:
             self._chat_template = Path(chat_template_file).read_text(encoding="utf-8")
         self.info = _read_model_info(self.path, self._tok)
         self.vocab_size = len(self._tok)
+        # The Rust tokenizer behind a fast tokenizer does the same work without transformers'
+        # per-call Python overhead, which matters twice per streamed token. Only when transformers
+        # would not post-process its output (space clean-up) are the two interchangeable.
+        backend = getattr(self._tok, "_tokenizer", None)
+        clean_up = bool(getattr(self._tok, "clean_up_tokenization_spaces", False))
+        self._backend: Any = backend if backend is not None and not clean_up else None
 
     @property
     def has_chat_template(self) -> bool:
         return self._chat_template is not None or bool(getattr(self._tok, "chat_template", None))
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        if self._backend is not None:
+            return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        if self._backend is not None:
+            return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
         return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:

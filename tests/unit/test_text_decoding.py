@@ -106,3 +106,15 @@ def test_utf8_assembler_is_exact_for_any_byte_split(data: st.DataObject, text: s
     bounds = [0, *cuts, len(raw)]
     out = "".join(asm.push_bytes(raw[a:b]) for a, b in itertools.pairwise(bounds)) + asm.flush()
     assert out == raw.decode("utf-8", errors="replace")
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_fast_paths_agree_with_transformers(tok: Tokenizer, data: st.DataObject) -> None:
+    ids = data.draw(st.lists(st.integers(0, tok.vocab_size - 1), max_size=20))
+    text = data.draw(st.text(max_size=30))
+    hf = tok._tok
+    for skip in (True, False):
+        assert tok.decode(ids, skip) == hf.decode(ids, skip_special_tokens=skip)
+    for add in (True, False):
+        assert tok.encode(text, add_special_tokens=add) == hf.encode(text, add_special_tokens=add)
