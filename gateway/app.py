@@ -10,20 +10,18 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.api import chat, completions, health, models
 from gateway.api.errors import install_error_handlers
 from gateway.api.middleware import (
-    AccessLogMiddleware,
     AdmissionMiddleware,
     ApiKeyMiddleware,
     BodySizeMiddleware,
+    ObservabilityMiddleware,
 )
 from gateway.config import ServedModel, Settings
 from gateway.engine import Engine
 from gateway.errors import GatewayError
-from gateway.logs import current_request
 from gateway.metrics import GatewayMetrics
 from gateway.readiness import Readiness
 from gateway.serving.chat import ChatService
@@ -35,44 +33,6 @@ from gateway.text.tokenizer import Tokenizer
 logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[[ServedModel], Engine]
-
-
-class MetricsMiddleware:
-    """Counts requests by matched route and status, and tracks in-flight requests (streams
-    included: the ASGI call lasts until the last byte is sent)."""
-
-    def __init__(self, app: ASGIApp, metrics: GatewayMetrics, paths: frozenset[str]) -> None:
-        self.app = app
-        self.metrics = metrics
-        self.paths = paths
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500
-        m = self.metrics
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        m.in_flight.inc()
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            m.in_flight.dec()
-            route = scope.get("route")
-            # Requests refused before routing (401, 413, 429) still count under their path;
-            # unknown paths share one label so clients cannot grow the label set.
-            path = getattr(route, "path", None) or (
-                scope["path"] if scope["path"] in self.paths else "unmatched"
-            )
-            record = current_request.get()
-            model = record.model if record is not None and record.model else "none"
-            m.requests.labels(path, model, str(status)).inc()
 
 
 async def _introspect_until_ready(engines: Sequence[Engine]) -> None:
@@ -173,7 +133,7 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
     install_error_handlers(app)
     for router in (completions.router, chat.router, models.router, health.router):
         app.include_router(router)
-    # Starlette wraps in reverse order of adding: metrics outermost, admission innermost.
+    # Starlette wraps in reverse order of adding: observability outermost, admission innermost.
     app.add_middleware(
         AdmissionMiddleware,
         max_concurrent=settings.max_concurrent_requests,
@@ -193,6 +153,5 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             allow_headers=["*"],
         )
     paths = frozenset(getattr(r, "path", "") for r in app.routes)
-    app.add_middleware(MetricsMiddleware, metrics=metrics, paths=paths)
-    app.add_middleware(AccessLogMiddleware, enabled=settings.access_log)
+    app.add_middleware(ObservabilityMiddleware, metrics=metrics, paths=paths, access_log=settings.access_log)
     return app

@@ -31,6 +31,10 @@ class ServedModel(BaseModel):
     max_model_len: int | None = Field(
         default=None, ge=1, description="Context length; default from the model's config.json."
     )
+    tool_parser: Literal["none", "llama3_json", "hermes", "mistral"] = Field(
+        default="none",
+        description="How this model writes tool calls (none: tools only with guided decoding).",
+    )
     add_special_tokens: bool = Field(
         default=True,
         description="Whether Triton's preprocessing adds special tokens (BOS); "

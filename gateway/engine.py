@@ -41,6 +41,8 @@ class GenerationRequest:
     # Extra end-of-generation ids and their token strings (generation_config eos lists).
     stop_token_ids: tuple[int, ...] = ()
     stop_token_strings: tuple[str, ...] = ()
+    # Guided decoding: ("json" | "json_schema" | "regex" | "ebnf_grammar", guide text).
+    guide: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class EngineInfo:
     native_num_sequences: bool
     reports_token_counts: bool
     variant: str
+    guided_decoding: bool = False
     inputs: frozenset[str] = field(default_factory=frozenset)
     outputs: frozenset[str] = field(default_factory=frozenset)
 

@@ -79,8 +79,13 @@ class BodySizeMiddleware:
         limit = self.max_bytes
         too_large = PayloadTooLargeError(f"Request body is larger than the limit of {limit} bytes.")
         length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
-        if length is not None and length.isdigit() and int(length) > limit:
-            await send_error(send, too_large)
+        if length is not None and length.isdigit():
+            if int(length) > limit:
+                await send_error(send, too_large)
+                return
+            # The HTTP server delivers no more than Content-Length bytes: nothing left to count,
+            # and streamed responses pass without an extra wrapper per chunk.
+            await self.app(scope, receive, send)
             return
         received = 0
         started = False
@@ -169,12 +174,21 @@ class AdmissionMiddleware:
             self._slots.release()
 
 
-class AccessLogMiddleware:
-    """`X-Request-Id` in (or made) and out, and one access line per request, streams included."""
+class ObservabilityMiddleware:
+    """Request ids (`X-Request-Id` in, or made, and out), the in-flight gauge, requests by route,
+    model and status, and one access line per request, streams included (the ASGI call lasts
+    until the last byte is sent). One send wrapper for all of it: every wrapper layer costs each
+    streamed token."""
 
-    def __init__(self, app: ASGIApp, *, enabled: bool) -> None:
+    SILENT = frozenset({"/health", "/health/ready", "/metrics"})
+
+    def __init__(
+        self, app: ASGIApp, *, metrics: GatewayMetrics, paths: frozenset[str], access_log: bool
+    ) -> None:
         self.app = app
-        self.enabled = enabled
+        self.metrics = metrics
+        self.paths = paths
+        self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -188,18 +202,30 @@ class AccessLogMiddleware:
             request_id = uuid.uuid4().hex
         record = RequestRecord(request_id, scope["method"], scope["path"])
         token = current_request.set(record)
+        header = (b"x-request-id", request_id.encode())
+        record.status = 500
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                message["headers"] = [*message.get("headers", []), header]
             await send(message)
 
+        m = self.metrics
+        m.in_flight.inc()
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            m.in_flight.dec()
             current_request.reset(token)
-            if self.enabled and scope["path"] not in ("/health", "/health/ready", "/metrics"):
+            route = scope.get("route")
+            # Requests refused before routing (401, 413, 429) still count under their path;
+            # unknown paths share one label so clients cannot grow the label set.
+            path = getattr(route, "path", None) or (
+                scope["path"] if scope["path"] in self.paths else "unmatched"
+            )
+            m.requests.labels(path, record.model or "none", str(record.status)).inc()
+            if self.access_log and scope["path"] not in self.SILENT:
                 access_log.info(
                     "%s %s %s", record.method, record.path, record.status, extra={"fields": record.fields()}
                 )

@@ -132,6 +132,8 @@ class ChatCompletionMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    # Left out, not null, when there are none: the published schema does not allow null here.
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ChatCompletionChoice(BaseModel):

@@ -41,6 +41,9 @@ class PreparedRequest:
     include_usage: bool = False
     # Seconds the generation may take (None: no deadline).
     timeout_s: float | None = None
+    # Chat only: how to find tool calls in the reply ("none": plain content).
+    tool_format: str = "none"
+    tool_names: frozenset[str] = frozenset()
 
     @property
     def choices(self) -> list[ChoiceState]:
@@ -69,6 +72,7 @@ def build_generation(
     n: int,
     stops: Sequence[str],
     first_index: int,
+    guide: tuple[str, str] | None = None,
 ) -> Generation:
     if not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
@@ -83,6 +87,7 @@ def build_generation(
         pad_id=info.pad_token_id,
         stop_token_ids=info.extra_end_ids,
         stop_token_strings=info.extra_end_tokens,
+        guide=guide,
     )
     choices = make_choices(
         runtime.tokenizer,

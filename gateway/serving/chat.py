@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,6 +22,14 @@ from gateway.serving import params as p
 from gateway.serving.base import PreparedRequest, build_generation, events, new_id
 from gateway.serving.chunks import DONE, ChatChunkWriter, error_event
 from gateway.serving.registry import ModelRegistry
+from gateway.serving.structured import plan_output
+from gateway.text.tool_calls import (
+    ContentDelta,
+    StreamingToolParser,
+    ToolCallEvent,
+    finish_reason,
+    parse_tool_calls,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +48,16 @@ class ChatService:
         p.reject_unsupported(body)
         n = p.choose_n(body.n, self._limits)
         stops = p.stop_strings(body.stop, self._limits)
+        plan = plan_output(
+            body,
+            model_tool_format=runtime.config.tool_parser,
+            guided_decoding=runtime.engine.info.guided_decoding,
+        )
         messages = [_template_message(m, i) for i, m in enumerate(body.messages)]
-        prompt = runtime.tokenizer.apply_chat_template(messages, **(body.chat_template_kwargs or {}))
+        template_kwargs = dict(body.chat_template_kwargs or {})
+        if plan.template_tools is not None:
+            template_kwargs["tools"] = plan.template_tools
+        prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
         # Chat templates write BOS themselves; the stock preprocessing still adds special tokens,
         # and the count must match what the engine sees.
         ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
@@ -59,6 +76,7 @@ class ChatService:
             n=n,
             stops=stops,
             first_index=0,
+            guide=plan.guide,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return PreparedRequest(
@@ -67,26 +85,33 @@ class ChatService:
             response_id,
             include_usage=include_usage,
             timeout_s=p.request_deadline(self._limits, timeout_s),
+            tool_format=plan.tool_format,
+            tool_names=plan.tool_names,
         )
 
     async def create(self, prepared: PreparedRequest) -> ChatCompletion:
         texts = {c.index: "" for c in prepared.choices}
-        reasons: dict[int, Any] = {}
+        reasons: dict[int, str] = {}
         async for event in events(prepared, self._metrics):
             texts[event.index] += event.text
             if event.finish_reason is not None:
                 reasons[event.index] = event.finish_reason
         prompt, completion = prepared.prompt_tokens, prepared.completion_tokens
+        choices = []
+        for i in sorted(texts):
+            message = ChatCompletionMessage(content=texts[i])
+            reason = reasons[i]
+            if prepared.tool_format != "none":
+                parsed = parse_tool_calls(texts[i], prepared.tool_format, tool_names=prepared.tool_names)
+                calls = [c.to_openai() for c in parsed.tool_calls]
+                message = ChatCompletionMessage(content=parsed.content, tool_calls=calls or None)
+                reason = finish_reason(reason, len(calls))
+            choices.append(ChatCompletionChoice(index=i, message=message, finish_reason=reason))  # type: ignore[arg-type]
         return ChatCompletion(
             id=prepared.response_id,
             created=prepared.created,
             model=prepared.runtime.name,
-            choices=[
-                ChatCompletionChoice(
-                    index=i, message=ChatCompletionMessage(content=texts[i]), finish_reason=reasons[i]
-                )
-                for i in sorted(texts)
-            ],
+            choices=choices,
             usage=CompletionUsage(
                 prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
             ),
@@ -99,14 +124,30 @@ class ChatService:
             prepared.runtime.name,
             include_usage=prepared.include_usage,
         )
+        parsers: dict[int, StreamingToolParser] = {}
+        if prepared.tool_format != "none":
+            parsers = {
+                c.index: StreamingToolParser(prepared.tool_format, tool_names=prepared.tool_names)
+                for c in prepared.choices
+            }
         try:
             for choice in prepared.choices:
                 yield writer.role(choice.index)
             async for event in events(prepared, self._metrics):
-                if event.text:
-                    yield writer.content(event.index, event.text)
+                parser = parsers.get(event.index)
+                if parser is None:
+                    if event.text:
+                        yield writer.content(event.index, event.text)
+                    if event.finish_reason is not None:
+                        yield writer.finish(event.index, event.finish_reason)
+                    continue
+                tool_events = parser.feed(event.text) if event.text else []
                 if event.finish_reason is not None:
-                    yield writer.finish(event.index, event.finish_reason)
+                    tool_events += parser.finish()
+                for chunk in _tool_chunks(writer, event.index, tool_events):
+                    yield chunk
+                if event.finish_reason is not None:
+                    yield writer.finish(event.index, finish_reason(event.finish_reason, parser.tool_calls))
             if prepared.include_usage:
                 yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
         except Exception as exc:
@@ -114,6 +155,17 @@ class ChatService:
             logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
             yield error_event(error)
         yield DONE
+
+
+def _tool_chunks(writer: ChatChunkWriter, index: int, tool_events: list[ToolCallEvent]) -> list[str]:
+    out = []
+    for item in tool_events:
+        if isinstance(item, ContentDelta):
+            if item.text:
+                out.append(writer.content(index, item.text))
+        else:
+            out.append(writer.tool_calls(index, [item.to_openai()]))
+    return out
 
 
 def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
@@ -133,14 +185,24 @@ def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
     if message.name is not None:
         out["name"] = message.name
     if message.tool_calls:
+        # Chat templates index into the arguments (Hermes/Qwen write `arguments | tojson`), so
+        # they get the object OpenAI clients sent as a JSON string.
         out["tool_calls"] = [
             {
                 "id": c.id,
                 "type": "function",
-                "function": {"name": c.function.name, "arguments": c.function.arguments},
+                "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
             }
             for c in message.tool_calls
         ]
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
     return out
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw

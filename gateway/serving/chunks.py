@@ -56,6 +56,10 @@ class ChatChunkWriter:
     def finish(self, index: int, reason: str) -> str:
         return self._chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}])
 
+    def tool_calls(self, index: int, calls: list[dict[str, Any]]) -> str:
+        delta = {"tool_calls": calls}
+        return self._chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}])
+
     def usage(self, prompt_tokens: int, completion_tokens: int) -> str:
         return _dump({**self._base, "choices": [], "usage": usage_dict(prompt_tokens, completion_tokens)})
 

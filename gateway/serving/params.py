@@ -49,17 +49,10 @@ def reject_unsupported(request: CompletionRequest | ChatCompletionRequest) -> No
         checks += [
             ("logprobs", bool(request.logprobs)),
             ("top_logprobs", bool(request.top_logprobs)),
-            ("tools", bool(request.tools)),
-            ("tool_choice", request.tool_choice not in (None, "none", "auto")),
-            ("response_format", _response_format_changes_output(request.response_format)),
         ]
     for name, present in checks:
         if present:
             raise UnsupportedParameterError(f"`{name}` is not supported by this server yet", param=name)
-
-
-def _response_format_changes_output(fmt: dict[str, Any] | None) -> bool:
-    return fmt is not None and fmt.get("type", "text") != "text"
 
 
 def stop_strings(stop: str | list[str] | None, limits: RequestLimits) -> tuple[str, ...]:

@@ -39,6 +39,8 @@ NUM_RETURN_SEQUENCES = "num_return_sequences"
 EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
 RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
 RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
+GUIDE_TYPE = "guided_decoding_guide_type"
+GUIDE = "guided_decoding_guide"
 
 # Physical names per route; a tuple lists the names of one input across versions, newest first.
 _ENSEMBLE: dict[str, tuple[str, ...]] = {
@@ -74,6 +76,8 @@ _SHARED: dict[str, tuple[str, ...]] = {
     EXCLUDE_INPUT_IN_OUTPUT: ("exclude_input_in_output",),
     RETURN_NUM_INPUT_TOKENS: ("return_num_input_tokens",),
     RETURN_NUM_OUTPUT_TOKENS: ("return_num_output_tokens",),
+    GUIDE_TYPE: ("guided_decoding_guide_type",),
+    GUIDE: ("guided_decoding_guide",),
 }
 ROUTE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "ensemble": {**_SHARED, **_ENSEMBLE},
@@ -132,6 +136,10 @@ class Contract:
     @property
     def reports_token_counts(self) -> bool:
         return NUM_OUTPUT_TOKENS in self.outputs and RETURN_NUM_OUTPUT_TOKENS in self.inputs
+
+    @property
+    def guided_decoding(self) -> bool:
+        return GUIDE_TYPE in self.inputs and GUIDE in self.inputs
 
     @property
     def variant(self) -> str:

@@ -56,6 +56,7 @@ class TritonEngine:
             native_num_sequences=k.native_num_sequences,
             reports_token_counts=k.reports_token_counts,
             variant=k.variant,
+            guided_decoding=k.guided_decoding,
             inputs=k.declared_inputs,
             outputs=k.outputs,
         )

@@ -121,28 +121,50 @@ def build_request(
     if num_sequences > 1:
         values[c.NUM_RETURN_SEQUENCES] = num_sequences
     values[c.EXCLUDE_INPUT_IN_OUTPUT] = True
-    values[c.RETURN_NUM_INPUT_TOKENS] = True
-    values[c.RETURN_NUM_OUTPUT_TOKENS] = True
+    outputs = requested_outputs(contract, num_sequences=num_sequences, stream=stream)
+    if c.NUM_OUTPUT_TOKENS in outputs:
+        values[c.RETURN_NUM_OUTPUT_TOKENS] = True
     for name, value in values.items():
         spec = specs.get(name)
         if spec is not None:
             _scalar(out, spec, value)
+    if request.guide is not None and contract.guided_decoding:
+        guide_type, guide = request.guide
+        _strings(out, specs[c.GUIDE_TYPE], [guide_type])
+        _strings(out, specs[c.GUIDE], [guide])
     stop_spec = specs.get(c.STOP_WORDS)
     if stop_spec is not None and not p.ignore_eos:
         if contract.route == "engine" and request.stop_token_ids:
             _stop_words_list(out, stop_spec, [[t] for t in request.stop_token_ids])
         elif contract.route == "ensemble" and request.stop_token_strings:
             _strings(out, stop_spec, request.stop_token_strings)
-    for name in requested_outputs(contract):
+    for name in outputs:
         out.outputs.add().name = name
     return out
 
 
-def requested_outputs(contract: c.Contract) -> list[str]:
-    wanted = [c.OUTPUT_IDS, c.SEQUENCE_LENGTH] if contract.exposes_token_ids else []
-    # A decoupled ensemble only answers when an output of its last step (postprocessing's
-    # text_output) is asked for: asking for the engine's tensors alone gets no responses at all.
-    wanted += [c.TEXT_OUTPUT, c.SEQUENCE_INDEX, c.NUM_INPUT_TOKENS, c.NUM_OUTPUT_TOKENS]
+def requested_outputs(contract: c.Contract, *, num_sequences: int = 1, stream: bool = True) -> list[str]:
+    """The fewest outputs that carry what the gateway needs: every tensor asked for is built,
+    sent and parsed again for every streamed token.
+
+    With token ids the gateway counts tokens itself and knows the prompt length, so the engine's
+    counts are only asked for from text-only ensembles. A streamed response holds exactly its
+    new tokens; only a whole (non-streamed) result needs `sequence_length` to cut padding.
+    """
+    if contract.exposes_token_ids:
+        wanted = [c.OUTPUT_IDS]
+        if not stream:
+            wanted.append(c.SEQUENCE_LENGTH)
+        if contract.route == "ensemble":
+            # A decoupled ensemble only answers when an output of its last step (postprocessing's
+            # text_output) is asked for: asking for the engine's tensors alone gets no responses.
+            wanted.append(c.TEXT_OUTPUT)
+    else:
+        wanted = [c.TEXT_OUTPUT]
+        if contract.reports_token_counts:
+            wanted.append(c.NUM_OUTPUT_TOKENS)
+    if num_sequences > 1:
+        wanted.append(c.SEQUENCE_INDEX)
     return [n for n in wanted if n in contract.outputs]
 
 

@@ -155,12 +155,13 @@ def test_only_declared_inputs_are_sent_with_the_declared_names_and_shapes() -> N
 
 
 def test_requested_outputs_prefer_token_ids() -> None:
-    assert requested_outputs(contract_of(CURRENT)) == [
+    # A decoupled ensemble only answers when its last step's output (text_output) is asked for.
+    assert requested_outputs(contract_of(CURRENT)) == ["output_ids", "text_output"]
+    assert requested_outputs(contract_of(CURRENT), num_sequences=2, stream=False) == [
         "output_ids",
         "sequence_length",
-        "text_output",  # a decoupled ensemble only answers when its last step's output is asked for
+        "text_output",
         "sequence_index",
-        "num_output_tokens",
     ]
     assert requested_outputs(contract_of(LEGACY)) == ["text_output"]
 
@@ -170,6 +171,7 @@ def test_the_request_asks_for_an_empty_final_response_and_carries_its_id() -> No
     assert built.parameters["triton_enable_empty_final_response"].bool_param is True
     assert (built.model_name, built.id) == ("ensemble", "rid")
     assert [o.name for o in built.outputs] == requested_outputs(contract_of(CURRENT))
+    assert "return_num_output_tokens" not in tensor_values(built)  # counted from the ids instead
 
 
 def _response(
