@@ -24,7 +24,7 @@ async def make_client(tiny_bpe_dir: Path) -> AsyncIterator[MakeClient]:  # noqa:
     clients: list[httpx.AsyncClient] = []
 
     async def factory(
-        settings: dict[str, Any] | None = None, **engine_kwargs: Any
+        settings: dict[str, Any] | None = None, model: dict[str, Any] | None = None, **engine_kwargs: Any
     ) -> tuple[httpx.AsyncClient, FakeEngine]:
         AppStatus.should_exit = False
         engines: list[FakeEngine] = []
@@ -34,7 +34,9 @@ async def make_client(tiny_bpe_dir: Path) -> AsyncIterator[MakeClient]:  # noqa:
             engines.append(engine)
             return engine
 
-        config = Settings(models=[ServedModel(name="tiny", tokenizer=tiny_bpe_dir)], **(settings or {}))
+        config = Settings(
+            models=[ServedModel(name="tiny", tokenizer=tiny_bpe_dir, **(model or {}))], **(settings or {})
+        )
         app = create_app(config, engine_factory=engine_factory)
         ctx = app.router.lifespan_context(app)
         await ctx.__aenter__()

@@ -18,6 +18,7 @@ class FakeEngine:
     reply: Callable[[GenerationRequest, int], str] = lambda req, i: "Hello there! 你好 🎉 how are you today?"
     token_ids: bool = True
     ready: bool = True
+    guided: bool = True
     # Fail after this many deltas (None: never), with this error.
     fail_after: int | None = None
     fail_with: type[Exception] = EngineError
@@ -38,6 +39,7 @@ class FakeEngine:
             native_num_sequences=True,
             reports_token_counts=False,
             variant="current",
+            guided_decoding=self.guided,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:
