@@ -28,6 +28,15 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's log probability and, when asked for, the most likely alternatives."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class GenerationRequest:
     request_id: str
     # The text the ensemble tokenizes, and the ids the gateway computed from it (usage, context
@@ -43,6 +52,8 @@ class GenerationRequest:
     stop_token_strings: tuple[str, ...] = ()
     # Guided decoding: ("json" | "json_schema" | "regex" | "ebnf_grammar", guide text).
     guide: tuple[str, str] | None = None
+    # None: no log probabilities; k >= 0: each token's, with the k most likely alternatives.
+    logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,8 @@ class GenerationDelta:
     num_tokens: int = 0
     # Engine-reported totals, when the model returns them.
     num_input_tokens: int | None = None
+    # One entry per token in `token_ids`, when log probabilities were asked for.
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +81,8 @@ class EngineInfo:
     reports_token_counts: bool
     variant: str
     guided_decoding: bool = False
+    logprobs: bool = False
+    top_logprobs: bool = False
     inputs: frozenset[str] = field(default_factory=frozenset)
     outputs: frozenset[str] = field(default_factory=frozenset)
 

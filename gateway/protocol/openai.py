@@ -115,7 +115,7 @@ class CompletionUsage(BaseModel):
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
     finish_reason: Literal["stop", "length", "content_filter"] | None
 
 
@@ -139,7 +139,7 @@ class ChatCompletionMessage(BaseModel):
 class ChatCompletionChoice(BaseModel):
     index: int
     message: ChatCompletionMessage
-    logprobs: None = None
+    logprobs: dict[str, Any] | None = None
     finish_reason: Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
 
 

@@ -44,6 +44,8 @@ class PreparedRequest:
     # Chat only: how to find tool calls in the reply ("none": plain content).
     tool_format: str = "none"
     tool_names: frozenset[str] = frozenset()
+    # None: no log probabilities; k: with k alternatives per token.
+    logprobs: int | None = None
 
     @property
     def choices(self) -> list[ChoiceState]:
@@ -73,6 +75,7 @@ def build_generation(
     stops: Sequence[str],
     first_index: int,
     guide: tuple[str, str] | None = None,
+    logprobs: int | None = None,
 ) -> Generation:
     if not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
@@ -88,6 +91,7 @@ def build_generation(
         stop_token_ids=info.extra_end_ids,
         stop_token_strings=info.extra_end_tokens,
         guide=guide,
+        logprobs=logprobs,
     )
     choices = make_choices(
         runtime.tokenizer,

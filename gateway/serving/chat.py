@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError, to_gateway_error
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import (
@@ -18,6 +19,7 @@ from gateway.protocol.openai import (
     CompletionUsage,
     TextContentPart,
 )
+from gateway.serving import logprobs as lp
 from gateway.serving import params as p
 from gateway.serving.base import PreparedRequest, build_generation, events, new_id
 from gateway.serving.chunks import DONE, ChatChunkWriter, error_event
@@ -66,6 +68,14 @@ class ChatService:
         max_tokens = p.resolve_max_tokens(
             requested, len(ids), runtime.max_model_len, param=param, limits=self._limits
         )
+        info = runtime.engine.info
+        logprobs = lp.requested(
+            enabled=bool(body.logprobs),
+            top=body.top_logprobs,
+            top_param="top_logprobs",
+            supported=info.logprobs,
+            top_supported=info.top_logprobs,
+        )
         response_id = new_id("chatcmpl")
         generation = build_generation(
             runtime,
@@ -77,6 +87,7 @@ class ChatService:
             stops=stops,
             first_index=0,
             guide=plan.guide,
+            logprobs=logprobs,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return PreparedRequest(
@@ -87,15 +98,19 @@ class ChatService:
             timeout_s=p.request_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
+            logprobs=logprobs,
         )
 
     async def create(self, prepared: PreparedRequest) -> ChatCompletion:
         texts = {c.index: "" for c in prepared.choices}
         reasons: dict[int, str] = {}
+        entries: dict[int, list[TokenLogprob]] = {c.index: [] for c in prepared.choices}
         async for event in events(prepared, self._metrics):
             texts[event.index] += event.text
+            entries[event.index] += event.logprobs
             if event.finish_reason is not None:
                 reasons[event.index] = event.finish_reason
+        tokenizer = prepared.runtime.tokenizer
         prompt, completion = prepared.prompt_tokens, prepared.completion_tokens
         choices = []
         for i in sorted(texts):
@@ -106,7 +121,10 @@ class ChatService:
                 calls = [c.to_openai() for c in parsed.tool_calls]
                 message = ChatCompletionMessage(content=parsed.content, tool_calls=calls or None)
                 reason = finish_reason(reason, len(calls))
-            choices.append(ChatCompletionChoice(index=i, message=message, finish_reason=reason))  # type: ignore[arg-type]
+            logprobs = lp.chat_logprobs(tokenizer, entries[i]) if prepared.logprobs is not None else None
+            choices.append(
+                ChatCompletionChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs)  # type: ignore[arg-type]
+            )
         return ChatCompletion(
             id=prepared.response_id,
             created=prepared.created,
@@ -136,8 +154,11 @@ class ChatService:
             async for event in events(prepared, self._metrics):
                 parser = parsers.get(event.index)
                 if parser is None:
-                    if event.text:
-                        yield writer.content(event.index, event.text)
+                    if event.text or event.logprobs:
+                        logprobs = None
+                        if prepared.logprobs is not None:
+                            logprobs = lp.chat_logprobs(prepared.runtime.tokenizer, event.logprobs)
+                        yield writer.content(event.index, event.text, logprobs)
                     if event.finish_reason is not None:
                         yield writer.finish(event.index, event.finish_reason)
                     continue

@@ -48,9 +48,9 @@ class ChatChunkWriter:
         delta = {"role": "assistant", "content": ""}
         return self._chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}])
 
-    def content(self, index: int, text: str) -> str:
+    def content(self, index: int, text: str, logprobs: dict[str, Any] | None = None) -> str:
         return self._chunk(
-            [{"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}]
+            [{"index": index, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": None}]
         )
 
     def finish(self, index: int, reason: str) -> str:
@@ -72,8 +72,10 @@ class CompletionChunkWriter:
     def __init__(self, completion_id: str, created: int, model: str) -> None:
         self._base = {"id": completion_id, "object": "text_completion", "created": created, "model": model}
 
-    def text(self, index: int, text: str, finish_reason: str | None = None) -> str:
-        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+    def text(
+        self, index: int, text: str, finish_reason: str | None = None, logprobs: dict[str, Any] | None = None
+    ) -> str:
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
         return _dump({**self._base, "choices": [choice]})
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> str:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import Any, cast
 
 from gateway.errors import InvalidRequestError, to_gateway_error
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import Completion, CompletionChoice, CompletionRequest, CompletionUsage
+from gateway.serving import logprobs as lp
 from gateway.serving import params as p
 from gateway.serving.base import PreparedRequest, build_generation, events, new_id
 from gateway.serving.chunks import DONE, CompletionChunkWriter, error_event
@@ -35,6 +36,14 @@ class CompletionService:
         n = p.choose_n(body.n, self._limits)
         stops = p.stop_strings(body.stop, self._limits)
         prompts = _prompts(runtime, body)
+        info = runtime.engine.info
+        logprobs = lp.requested(
+            enabled=body.logprobs is not None,
+            top=body.logprobs,
+            top_param="logprobs",
+            supported=info.logprobs,
+            top_supported=info.top_logprobs,
+        )
         response_id = new_id("cmpl")
         generations = []
         echoes = []
@@ -52,6 +61,7 @@ class CompletionService:
                     n=n,
                     stops=stops,
                     first_index=i * n,
+                    logprobs=logprobs,
                 )
             )
             echoes.append(text if body.echo else "")
@@ -62,17 +72,30 @@ class CompletionService:
             response_id,
             include_usage=include_usage,
             timeout_s=p.request_deadline(self._limits, timeout_s),
+            logprobs=logprobs,
         ), echoes
 
     async def create(self, prepared: PreparedRequest, echoes: list[str]) -> Completion:
         n = len(prepared.generations[0].choices)
         texts = {i: echoes[i // n] for i in range(len(echoes) * n)}
         reasons: dict[int, str] = {}
+        blocks = _logprob_blocks(prepared, echoes, n)
+        entries: dict[int, list[dict[str, Any]]] = {i: [] for i in texts}
         async for event in events(prepared, self._metrics):
             texts[event.index] += event.text
             if event.finish_reason is not None:
                 reasons[event.index] = event.finish_reason
-        choices = [CompletionChoice(index=i, text=texts[i], finish_reason=reasons[i]) for i in sorted(texts)]  # type: ignore[arg-type]
+            if blocks:
+                entries[event.index].append(blocks[event.index].block(event.logprobs))
+        choices = [
+            CompletionChoice(
+                index=i,
+                text=texts[i],
+                finish_reason=reasons[i],  # type: ignore[arg-type]
+                logprobs=lp.merge_blocks(entries[i]) if blocks else None,
+            )
+            for i in sorted(texts)
+        ]
         return Completion(
             id=prepared.response_id,
             created=prepared.created,
@@ -85,13 +108,15 @@ class CompletionService:
         writer = CompletionChunkWriter(prepared.response_id, prepared.created, prepared.runtime.name)
         try:
             n = len(prepared.generations[0].choices)
+            blocks = _logprob_blocks(prepared, echoes, n)
             for i, echo in enumerate(echoes):
                 if echo:
                     for j in range(n):
                         yield writer.text(i * n + j, echo)
             async for event in events(prepared, self._metrics):
-                if event.text or event.finish_reason is not None:
-                    yield writer.text(event.index, event.text, event.finish_reason)
+                if event.text or event.finish_reason is not None or event.logprobs:
+                    logprobs = blocks[event.index].block(event.logprobs) if blocks else None
+                    yield writer.text(event.index, event.text, event.finish_reason, logprobs)
             if prepared.include_usage:
                 yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
         except Exception as exc:
@@ -99,6 +124,17 @@ class CompletionService:
             logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
             yield error_event(error)
         yield DONE
+
+
+def _logprob_blocks(prepared: PreparedRequest, echoes: list[str], n: int) -> dict[int, lp.CompletionLogprobs]:
+    if prepared.logprobs is None:
+        return {}
+    tokenizer = prepared.runtime.tokenizer
+    return {
+        i * n + j: lp.CompletionLogprobs(tokenizer, start=len(echo), with_top=prepared.logprobs > 0)
+        for i, echo in enumerate(echoes)
+        for j in range(n)
+    }
 
 
 def _usage(prepared: PreparedRequest) -> CompletionUsage:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from gateway.asyncutil import merge as merge
-from gateway.engine import Engine, GenerationDelta, GenerationRequest
+from gateway.engine import Engine, GenerationDelta, GenerationRequest, TokenLogprob
 from gateway.text.detokenizer import IncrementalDetokenizer, TextDecoder, Utf8TextAssembler
 from gateway.text.stop import StopStringMatcher
 from gateway.text.tokenizer import Tokenizer
@@ -21,6 +21,8 @@ class ChoiceEvent:
     index: int
     text: str
     finish_reason: str | None = None
+    # Log probabilities of the tokens behind this event's text (when asked for).
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 class ChoiceState:
@@ -29,6 +31,7 @@ class ChoiceState:
     __slots__ = (
         "_decoder",
         "_end_ids",
+        "_logprobs",
         "_stop",
         "completion_tokens",
         "finish_reason",
@@ -52,6 +55,14 @@ class ChoiceState:
         self.max_tokens = max_tokens
         self.completion_tokens = 0
         self.finish_reason: str | None = None
+        self._logprobs: list[TokenLogprob] = []
+
+    def take_logprobs(self) -> tuple[TokenLogprob, ...]:
+        """Log probabilities gathered since the last event; text held back keeps them waiting."""
+        if not self._logprobs:
+            return ()
+        out, self._logprobs = tuple(self._logprobs), []
+        return out
 
     @property
     def done(self) -> bool:
@@ -72,6 +83,9 @@ class ChoiceState:
                         break
             if not ended:
                 self.completion_tokens += len(ids)
+            if delta.logprobs:
+                # End tokens are never text, so they get no entry either.
+                self._logprobs.extend(delta.logprobs[: len(ids)])
             text = self._decoder.push_ids(ids)
         else:
             self.completion_tokens += delta.num_tokens
@@ -146,7 +160,7 @@ async def run_generation(
             choice = choices[delta.index]
             text = choice.feed(delta)
             if text or choice.done:
-                yield ChoiceEvent(choice.index, text, choice.finish_reason)
+                yield ChoiceEvent(choice.index, text, choice.finish_reason, choice.take_logprobs())
                 if choice.done and all(c.done for c in choices):
                     totals.stopped_early = True
                     break
@@ -156,4 +170,4 @@ async def run_generation(
     for choice in choices:
         if not choice.done:
             text = choice.finish()
-            yield ChoiceEvent(choice.index, text, choice.finish_reason)
+            yield ChoiceEvent(choice.index, text, choice.finish_reason, choice.take_logprobs())

@@ -41,15 +41,11 @@ def reject_unsupported(request: CompletionRequest | ChatCompletionRequest) -> No
     checks: list[tuple[str, bool]] = [("logit_bias", bool(request.logit_bias))]
     if isinstance(request, CompletionRequest):
         checks += [
-            ("logprobs", request.logprobs is not None),
             ("best_of", request.best_of is not None and request.best_of != (request.n or 1)),
             ("suffix", bool(request.suffix)),
         ]
     else:
-        checks += [
-            ("logprobs", bool(request.logprobs)),
-            ("top_logprobs", bool(request.top_logprobs)),
-        ]
+        checks += []
     for name, present in checks:
         if present:
             raise UnsupportedParameterError(f"`{name}` is not supported by this server yet", param=name)

@@ -50,6 +50,8 @@ class Tokenizer:
         backend = getattr(self._tok, "_tokenizer", None)
         clean_up = bool(getattr(self._tok, "clean_up_tokenization_spaces", False))
         self._backend: Any = backend if backend is not None and not clean_up else None
+        self._anchor = self.encode("a", add_special_tokens=False)[:1]
+        self._token_texts: dict[int, str] = {}
 
     @property
     def has_chat_template(self) -> bool:
@@ -64,6 +66,17 @@ class Tokenizer:
         if self._backend is not None:
             return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
         return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
+
+    def token_text(self, token_id: int) -> str:
+        """The text one token adds, as logprobs show it: decoded after an anchor token so that
+        SentencePiece keeps the token's leading space (alone it would be dropped)."""
+        cached = self._token_texts.get(token_id)
+        if cached is None:
+            anchor = self._anchor
+            full = self.decode([*anchor, token_id], skip_special_tokens=False)
+            cached = full[len(self.decode(anchor, skip_special_tokens=False)) :]
+            self._token_texts[token_id] = cached
+        return cached
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return list(self._tok.convert_ids_to_tokens(list(ids)))

@@ -39,6 +39,8 @@ NUM_RETURN_SEQUENCES = "num_return_sequences"
 EXCLUDE_INPUT_IN_OUTPUT = "exclude_input_in_output"
 RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
 RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
+RETURN_LOG_PROBS = "return_log_probs"
+RETURN_GENERATION_LOGITS = "return_generation_logits"
 GUIDE_TYPE = "guided_decoding_guide_type"
 GUIDE = "guided_decoding_guide"
 
@@ -76,6 +78,8 @@ _SHARED: dict[str, tuple[str, ...]] = {
     EXCLUDE_INPUT_IN_OUTPUT: ("exclude_input_in_output",),
     RETURN_NUM_INPUT_TOKENS: ("return_num_input_tokens",),
     RETURN_NUM_OUTPUT_TOKENS: ("return_num_output_tokens",),
+    RETURN_LOG_PROBS: ("return_log_probs",),
+    RETURN_GENERATION_LOGITS: ("return_generation_logits",),
     GUIDE_TYPE: ("guided_decoding_guide_type",),
     GUIDE: ("guided_decoding_guide",),
 }
@@ -96,6 +100,8 @@ SEQUENCE_LENGTH = "sequence_length"
 SEQUENCE_INDEX = "sequence_index"
 NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
+OUTPUT_LOG_PROBS = "output_log_probs"
+GENERATION_LOGITS = "generation_logits"
 
 _NP_DTYPES: dict[int, type[np.generic]] = {
     mc.TYPE_BOOL: np.bool_,
@@ -136,6 +142,15 @@ class Contract:
     @property
     def reports_token_counts(self) -> bool:
         return NUM_OUTPUT_TOKENS in self.outputs and RETURN_NUM_OUTPUT_TOKENS in self.inputs
+
+    @property
+    def logprobs(self) -> bool:
+        # Log probabilities are reported per token: they need the token ids to go with them.
+        return self.exposes_token_ids and RETURN_LOG_PROBS in self.inputs and OUTPUT_LOG_PROBS in self.outputs
+
+    @property
+    def top_logprobs(self) -> bool:
+        return self.logprobs and RETURN_GENERATION_LOGITS in self.inputs and GENERATION_LOGITS in self.outputs
 
     @property
     def guided_decoding(self) -> bool:

@@ -20,7 +20,7 @@ from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
 from gateway.triton.connection import is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
-from gateway.triton.tensors import ParsedResponse, build_request, parse_response, stop_request
+from gateway.triton.tensors import ParsedResponse, build_request, parse_response, stop_request, token_logprobs
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ class TritonEngine:
             reports_token_counts=k.reports_token_counts,
             variant=k.variant,
             guided_decoding=k.guided_decoding,
+            logprobs=k.logprobs,
+            top_logprobs=k.top_logprobs,
             inputs=k.declared_inputs,
             outputs=k.outputs,
         )
@@ -212,6 +214,9 @@ class TritonEngine:
                         text=parsed.text,
                         num_tokens=count,
                         num_input_tokens=parsed.num_input_tokens,
+                        logprobs=token_logprobs(parsed, ids, request.logprobs)
+                        if request.logprobs is not None
+                        else None,
                     )
                 return
             except _Failover as failure:

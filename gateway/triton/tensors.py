@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from gateway.engine import GenerationRequest
+from gateway.engine import GenerationRequest, TokenLogprob
 from gateway.triton import contract as c
 
 _U32 = struct.Struct("<I")
@@ -124,6 +124,12 @@ def build_request(
     outputs = requested_outputs(contract, num_sequences=num_sequences, stream=stream)
     if c.NUM_OUTPUT_TOKENS in outputs:
         values[c.RETURN_NUM_OUTPUT_TOKENS] = True
+    if request.logprobs is not None and contract.logprobs:
+        values[c.RETURN_LOG_PROBS] = True
+        outputs.append(c.OUTPUT_LOG_PROBS)
+        if request.logprobs > 0 and contract.top_logprobs:
+            values[c.RETURN_GENERATION_LOGITS] = True
+            outputs.append(c.GENERATION_LOGITS)
     for name, value in values.items():
         spec = specs.get(name)
         if spec is not None:
@@ -193,6 +199,9 @@ class ParsedResponse:
     num_input_tokens: int | None
     final: bool
     empty: bool
+    log_probs: tuple[float, ...] | None = None
+    # [tokens, vocab] rows of the generation logits, when asked for.
+    logits: np.ndarray | None = None
 
 
 def _bytes_elements(raw: bytes) -> list[bytes]:
@@ -214,6 +223,8 @@ def parse_response(response: Any) -> ParsedResponse:
     n_out: int | None = None
     n_in: int | None = None
     seq_len: int | None = None
+    log_probs: tuple[float, ...] | None = None
+    logits: np.ndarray | None = None
     for pos, output in enumerate(response.outputs):
         if pos >= len(raw_contents):
             break
@@ -231,6 +242,12 @@ def parse_response(response: Any) -> ParsedResponse:
             n_out = array("i", raw)[0] if raw else None
         elif name == c.NUM_INPUT_TOKENS:
             n_in = array("i", raw)[0] if raw else None
+        elif name == c.OUTPUT_LOG_PROBS:
+            log_probs = tuple(array("f", raw))
+        elif name == c.GENERATION_LOGITS:
+            dtype = np.float16 if output.datatype == "FP16" else np.float32
+            vocab = int(output.shape[-1]) if output.shape else 0
+            logits = np.frombuffer(raw, dtype=dtype).reshape(-1, vocab) if vocab else None
     if ids is not None:
         # Token ids are exact; text_output comes along only because the ensemble needs it asked for.
         text = None
@@ -247,4 +264,29 @@ def parse_response(response: Any) -> ParsedResponse:
         num_input_tokens=n_in,
         final=final,
         empty=not response.outputs,
+        log_probs=log_probs,
+        logits=logits,
     )
+
+
+def token_logprobs(parsed: ParsedResponse, ids: tuple[int, ...] | None, top: int) -> tuple[TokenLogprob, ...]:
+    """Each new token's log probability (as the engine reports it) and, from the generation
+    logits, the `top` most likely alternatives by log-softmax."""
+    if not ids:
+        return ()
+    values = parsed.log_probs or ()
+    # output_log_probs may hold the whole padded row: the new tokens' values are the last ones.
+    chosen = values[-len(ids) :] if len(values) >= len(ids) else (float("nan"),) * len(ids)
+    rows = parsed.logits
+    out = []
+    for pos, (token, logprob) in enumerate(zip(ids, chosen, strict=True)):
+        alternatives: tuple[tuple[int, float], ...] = ()
+        if top > 0 and rows is not None and pos < len(rows):
+            row = rows[len(rows) - len(ids) + pos].astype(np.float64)
+            shifted = row - row.max()
+            logsoftmax = shifted - np.log(np.exp(shifted).sum())
+            best = np.argpartition(-logsoftmax, min(top, len(row) - 1))[:top]
+            best = best[np.argsort(-logsoftmax[best], kind="stable")]
+            alternatives = tuple((int(i), float(logsoftmax[i])) for i in best)
+        out.append(TokenLogprob(int(token), float(logprob), alternatives))
+    return tuple(out)

@@ -301,3 +301,41 @@ async def test_the_openai_sdk_parses_responses_and_streams(make_client: MakeClie
         stream = await sdk.chat.completions.create(model="tiny", messages=USER, stream=True)  # type: ignore[arg-type]
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
         assert text == REPLY
+
+
+async def test_chat_logprobs_whole_and_streamed(make_client: MakeClient) -> None:
+    client, engine = await make_client(reply=lambda req, i: "Hi you")
+    body = {"model": "tiny", "messages": USER, "logprobs": True, "top_logprobs": 2}
+    out = (await client.post("/v1/chat/completions", json=body)).json()
+    validate("CreateChatCompletionResponse", out)
+    content = out["choices"][0]["logprobs"]["content"]
+    ids = engine.tokenizer.encode("Hi you", add_special_tokens=False)
+    assert [e["token"] for e in content] == [engine.tokenizer.token_text(t) for t in ids]
+    assert "".join(e["token"] for e in content) == "Hi you"
+    assert [e["logprob"] for e in content] == pytest.approx([-0.1 * (k + 1) for k in range(len(ids))])
+    assert all(len(e["top_logprobs"]) == 2 and e["bytes"] == list(e["token"].encode()) for e in content)
+    assert engine.requests[0].logprobs == 2
+    r = await client.post("/v1/chat/completions", json={**body, "stream": True})
+    streamed = []
+    for chunk in chunks_of(r.text):
+        validate("CreateChatCompletionStreamResponse", chunk)
+        if chunk["choices"] and chunk["choices"][0].get("logprobs"):
+            streamed += chunk["choices"][0]["logprobs"]["content"]
+    assert streamed == content
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "kwargs"),
+    [
+        ({"top_logprobs": 2}, "top_logprobs", {}),
+        ({"logprobs": True}, "logprobs", {"logprobs": False}),
+    ],
+)
+async def test_logprobs_that_cannot_be_served_are_400(
+    make_client: MakeClient, extra: dict, param: str, kwargs: dict
+) -> None:
+    from tests.api.test_errors_api import assert_error
+
+    client, _ = await make_client(**kwargs)
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, **extra})
+    assert_error(r, 400, param=param)

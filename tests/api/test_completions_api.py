@@ -143,3 +143,22 @@ async def test_request_id_is_returned_and_the_access_line_has_tokens_but_no_prom
         "secret" not in rec.getMessage() and "secret" not in str(getattr(rec, "fields", ""))
         for rec in caplog.records
     )
+
+
+async def test_completion_logprobs_have_offsets_tokens_and_alternatives(make_client: MakeClient) -> None:
+    client, _ = await make_client(reply=lambda req, i: "Hi you")
+    body = {"model": "tiny", "prompt": "Say:", "logprobs": 2, "echo": True}
+    out = (await client.post("/v1/completions", json=body)).json()
+    validate("CreateCompletionResponse", out)
+    logprobs = out["choices"][0]["logprobs"]
+    assert "".join(logprobs["tokens"]) == "Hi you"
+    assert logprobs["text_offset"][0] == len("Say:")
+    assert all(len(t) == 2 for t in logprobs["top_logprobs"])
+    assert logprobs["token_logprobs"][0] == pytest.approx(-0.1)
+    r = await client.post("/v1/completions", json={**body, "stream": True})
+    tokens = []
+    for chunk in chunks_of(r.text):
+        validate("CreateCompletionResponse.stream", chunk)
+        if chunk["choices"][0]["logprobs"]:
+            tokens += chunk["choices"][0]["logprobs"]["tokens"]
+    assert tokens == logprobs["tokens"]

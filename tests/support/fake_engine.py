@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
+from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest, TokenLogprob
 from gateway.errors import EngineError, EngineUnavailableError
 from gateway.text.tokenizer import Tokenizer
 
@@ -19,6 +19,8 @@ class FakeEngine:
     token_ids: bool = True
     ready: bool = True
     guided: bool = True
+    # Whether the engine reports log probabilities (and alternatives); they are scripted values.
+    logprobs: bool = True
     # Fail after this many deltas (None: never), with this error.
     fail_after: int | None = None
     fail_with: type[Exception] = EngineError
@@ -40,6 +42,8 @@ class FakeEngine:
             reports_token_counts=False,
             variant="current",
             guided_decoding=self.guided,
+            logprobs=self.logprobs,
+            top_logprobs=self.logprobs,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:
@@ -70,7 +74,10 @@ class FakeEngine:
                     sent += 1
                     token = ids[step]
                     if self.token_ids:
-                        yield GenerationDelta(index=index, token_ids=(token,), num_tokens=1)
+                        lps = None
+                        if request.logprobs is not None:
+                            lps = (scripted_logprob(token, step, request.logprobs),)
+                        yield GenerationDelta(index=index, token_ids=(token,), num_tokens=1, logprobs=lps)
                     else:
                         yield GenerationDelta(index=index, text=self._token_bytes(token), num_tokens=1)
             finished = True
@@ -108,3 +115,11 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 _BYTE_DECODER = {v: k for k, v in _bytes_to_unicode().items()}
+
+
+def scripted_logprob(token: int, step: int, top: int) -> TokenLogprob:
+    """Log probability -0.1 * (step + 1) for the chosen token; alternatives are the chosen token and
+    the ids after it, each 1.0 less likely than the one before."""
+    chosen = -0.1 * (step + 1)
+    alternatives = tuple((token + k, chosen - k) for k in range(top))
+    return TokenLogprob(token, chosen, alternatives)
