@@ -79,6 +79,11 @@ class Variable:
     pattern: str | None = None
     # Name of another variable whose value is the default (model_dir defaults to tokenizer_dir).
     default_from: str | None = None
+    # Backends whose default differs from ``default``, as (backend, default) pairs.
+    backend_defaults: tuple[tuple[str, object], ...] = ()
+
+    def default_for(self, backend: str) -> object:
+        return dict(self.backend_defaults).get(backend, self.default)
 
     @property
     def required(self) -> bool:
@@ -289,9 +294,10 @@ VARIABLES: Final[tuple[Variable, ...]] = (
     Variable(
         "guided_decoding_backend",
         "choice",
-        "Guided decoding backend (variant current); empty: none.",
+        "Guided decoding backend (variant current); empty: none. The CPU engine compiles grammars with "
+        "xgrammar against the tokenizer in model_dir, so it is on by default there.",
         default="",
-        backends=TRTLLM,
+        backend_defaults=(("cpu", "xgrammar"),),
         choices=("", "xgrammar"),
     ),
 )
@@ -397,7 +403,7 @@ def resolve_variables(backend: str, variant: str, variables: Mapping[str, object
         elif var.required:
             raise TemplateVariableError(var.name, f"required for backend {backend!r} but not given")
         else:
-            values[var.name] = var.default
+            values[var.name] = var.default_for(backend)
     for var in deferred:
         values[var.name] = values[var.default_from] if var.default_from else var.default
     return values
@@ -665,8 +671,12 @@ def _variables_table(backend: str | None) -> str:
             default = "(required)"
         elif var.default_from is not None:
             default = f"(default: {var.default_from})"
+        elif backend is None and var.backend_defaults:
+            default = repr(_as_text(var.default)) + "".join(
+                f", {name}: {_as_text(value)!r}" for name, value in var.backend_defaults
+            )
         else:
-            default = repr(_as_text(var.default))
+            default = repr(_as_text(var.default if backend is None else var.default_for(backend)))
         scope = "" if var.backends == BOTH else f" [{', '.join(sorted(var.backends))} only]"
         choices = f" One of: {', '.join(repr(c) for c in var.choices)}." if var.choices else ""
         lines.append(f"{var.name} = {default}{scope}\n    {var.description}{choices}")

@@ -6,13 +6,16 @@ requests so they join the batch, and emits one token per active sequence. Respon
 TensorRT-LLM backend: streaming sends each step's new token then an empty final response; non-streaming
 sends each sequence whole (prompt included unless excluded). ``synthetic`` mode replaces the model by a
 deterministic token function so load tests measure the gateway rather than CPU matrix products.
+Guided decoding (JSON, JSON schema, regex, EBNF) masks each step's logits with an xgrammar matcher.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -24,6 +27,10 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 NEG_INF = float("-inf")
+# TensorRT-LLM's guide types (GuidedDecodingParams::GuideType) this engine compiles.
+GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")
+# xgrammar's C++ errors start with "[hh:mm:ss] /path/file.cc:123: ": noise for a client.
+_XGRAMMAR_ERROR_PREFIX = re.compile(r"^\s*\[[\d:]+\]\s+\S+:\d+:\s*")
 
 
 class EngineError(ValueError):
@@ -51,10 +58,151 @@ class SamplingParams:
     stop_words: tuple[tuple[int, ...], ...] = ()
     bad_words: tuple[tuple[int, ...], ...] = ()
     embedding_bias: np.ndarray | None = None
+    guide: CompiledGuide | None = None
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1 or (self.top_k <= 0 and self.top_p <= 0.0)
+
+
+def grammar_error_message(exc: BaseException) -> str:
+    """An xgrammar compile error as one readable line, without the C++ timestamp and source location."""
+    text = str(exc).strip()
+    lines = [_XGRAMMAR_ERROR_PREFIX.sub("", line).strip() for line in text.splitlines()]
+    return "; ".join(line for line in lines if line) or type(exc).__name__
+
+
+def check_guide(guide_type: str, guide: str) -> None:
+    """Reject a guide request before compiling it: unknown type, missing guide, a schema that is not JSON."""
+    if guide_type not in GUIDE_TYPES:
+        raise EngineError(
+            f"guided_decoding_guide_type must be one of {', '.join(GUIDE_TYPES)}, got {guide_type!r}"
+        )
+    if guide_type != "json" and not guide.strip():
+        raise EngineError(f"guided_decoding_guide is required for guide type {guide_type!r}")
+    if guide_type == "json_schema":
+        try:
+            schema = json.loads(guide)
+        except ValueError as exc:
+            raise EngineError(f"guided_decoding_guide is not valid JSON: {exc}") from None
+        if not isinstance(schema, dict | bool):
+            raise EngineError("guided_decoding_guide must be a JSON schema (an object or a boolean)")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CompiledGuide:
+    """A compiled grammar plus what a matcher for it needs; shared by every sequence using the guide."""
+
+    guide_type: str
+    grammar: Any
+    stop_token_ids: tuple[int, ...]
+    vocab_size: int
+    # Special tokens: xgrammar reads them as their literal text ("<|pad|>" inside a JSON string).
+    special_token_ids: tuple[int, ...] = ()
+
+    def matcher(self, end_id: int | None) -> GrammarState:
+        return GrammarState(self, end_id)
+
+
+class GrammarState:
+    """One sequence's grammar: masks each step's logits and advances with each accepted token.
+
+    The grammar's stop tokens are the tokenizer's eos ids plus the request's ``end_id``: once the
+    grammar is complete only those are allowed, and accepting one terminates the matcher. Other
+    special tokens are never allowed (their text would not reach the output).
+    """
+
+    def __init__(self, guide: CompiledGuide, end_id: int | None) -> None:
+        import xgrammar as xgr
+
+        stops = set(guide.stop_token_ids)
+        if end_id is not None and 0 <= end_id < guide.vocab_size:
+            stops.add(end_id)
+        self.stop_token_ids = frozenset(stops)
+        self._xgr = xgr
+        self._vocab_size = guide.vocab_size
+        # With no stop token at all the matcher ends as soon as the grammar is complete.
+        self._matcher = xgr.GrammarMatcher(
+            guide.grammar,
+            override_stop_tokens=sorted(stops) or None,
+            terminate_without_stop_token=not stops,
+        )
+        self._bitmask = xgr.allocate_token_bitmask(1, guide.vocab_size)
+        self._special = sorted(set(guide.special_token_ids) - stops)
+
+    def fill(self) -> None:
+        """Compute the allowed next tokens (once per step, before ``mask``)."""
+        self._matcher.fill_next_token_bitmask(self._bitmask)
+
+    def mask(self, scores: Any) -> None:
+        """Set the scores of tokens the grammar forbids to -inf, in place (``scores`` is 1-D float32)."""
+        self._xgr.apply_token_bitmask_inplace(
+            scores.unsqueeze(0), self._bitmask, vocab_size=min(self._vocab_size, scores.numel())
+        )
+        if scores.numel() > self._vocab_size:
+            scores[self._vocab_size :] = NEG_INF
+        if self._special:
+            scores[self._special] = NEG_INF
+
+    def accept(self, token: int) -> None:
+        if not self._matcher.accept_token(token):
+            raise RuntimeError(f"the grammar matcher rejected token {token} it allowed")
+
+    @property
+    def terminated(self) -> bool:
+        return bool(self._matcher.is_terminated())
+
+
+class GuidedDecoding:
+    """xgrammar for one tokenizer: compiles guides per request (cached by (type, guide)) into CompiledGuides.
+
+    ``json_schema`` compiles without free whitespace (``", "`` and ``": "`` separators): a model is
+    then never able to spend its tokens on indentation; ``json`` is xgrammar's built-in JSON grammar.
+    Thread-safe: ``compile`` runs on Triton's execute threads while the engine loop runs matchers.
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int, *, cache_size: int = 256) -> None:
+        import xgrammar as xgr
+
+        self.tokenizer_info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+        self._compiler = xgr.GrammarCompiler(self.tokenizer_info, max_threads=1, cache_enabled=False)
+        self._vocab_size = vocab_size
+        self._stops = tuple(int(t) for t in self.tokenizer_info.stop_token_ids)
+        special = set(tokenizer.all_special_ids) | {
+            int(i) for i, added in tokenizer.added_tokens_decoder.items() if added.special
+        }
+        self._special = tuple(sorted(t for t in special if 0 <= t < vocab_size))
+        self._cache: collections.OrderedDict[tuple[str, str], CompiledGuide] = collections.OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def compile(self, guide_type: str, guide: str) -> CompiledGuide:
+        check_guide(guide_type, guide)
+        key = (guide_type, "" if guide_type == "json" else guide)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                return cached
+        try:
+            if guide_type == "json":
+                grammar = self._compiler.compile_builtin_json_grammar()
+            elif guide_type == "json_schema":
+                grammar = self._compiler.compile_json_schema(guide, any_whitespace=False)
+            elif guide_type == "regex":
+                grammar = self._compiler.compile_regex(guide)
+            else:
+                grammar = self._compiler.compile_grammar(guide)
+        except Exception as exc:
+            raise EngineError(
+                f"guided_decoding_guide ({guide_type}) does not compile: {grammar_error_message(exc)}"
+            ) from None
+        compiled = CompiledGuide(guide_type, grammar, self._stops, self._vocab_size, self._special)
+        with self._lock:
+            self._cache[key] = compiled
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return compiled
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +265,7 @@ class _Sequence:
     log_probs: list[float] = field(default_factory=list)
     generation_logits: list[np.ndarray] = field(default_factory=list)
     context_logits: np.ndarray | None = None
+    grammar: GrammarState | None = None
     # Tokens appended this step and not yet sent (streaming sends them at the end of the step).
     unsent: int = 0
     finished: bool = False
@@ -380,6 +529,8 @@ class Engine:
             raise EngineError("temperature and runtime_top_k must be >= 0 and runtime_top_p in [0, 1]")
         if params.repetition_penalty <= 0:
             raise EngineError("repetition_penalty must be > 0")
+        if params.guide is not None and self._runner is None:
+            raise EngineError("guided decoding needs engine_mode=model (synthetic mode has no logits)")
 
     # ---- the loop -------------------------------------------------------------------------------
 
@@ -543,6 +694,9 @@ class Engine:
         last_logits, context, kv = self._runner.prefill(prompt, group.options.return_context_logits)
         for seq in seqs:
             seq.context_logits = context
+            if params.guide is not None:
+                # Each sequence (num_return_sequences > 1 too) walks the grammar on its own.
+                seq.grammar = params.guide.matcher(params.end_id)
             if not params.greedy:
                 # Sequences of one request sample independently: each index gets its own stream.
                 seq.generator = torch.Generator().manual_seed((params.seed + seq.index * 0x9E3779B1) % 2**63)
@@ -566,6 +720,13 @@ class Engine:
             self._sample_and_accept(seq, logits[seq.uid])
 
     def _sample_and_accept(self, seq: _Sequence, logits: Any) -> None:
+        """Pick the next token from ``logits`` (the model's raw row) and record its log prob.
+
+        scores = logits + embedding_bias -> repetition/presence/frequency penalties -> bad words and
+        min_tokens bans -> grammar mask (-inf outside the grammar) -> / temperature (sampling only).
+        The log prob is log_softmax(scores)[token], before top-k/top-p truncation: for greedy decoding
+        or temperature 1 with no bias, penalty or ban it is exactly log_softmax(logits)[token].
+        """
         import torch
 
         params = seq.params
@@ -574,6 +735,7 @@ class Engine:
             bias = torch.from_numpy(np.asarray(params.embedding_bias, dtype=np.float32))
             scores[: bias.numel()] += bias
         self._apply_penalties(seq, scores)
+        unbanned = scores.clone() if seq.grammar is not None else None
         for word in params.bad_words:
             if len(word) == 1 or _ends_with(seq.generated, word[:-1]):
                 scores[word[-1]] = NEG_INF
@@ -583,6 +745,17 @@ class Engine:
             and len(seq.generated) < params.min_tokens
         ):
             scores[params.end_id] = NEG_INF
+        if seq.grammar is not None and unbanned is not None:
+            seq.grammar.fill()
+            seq.grammar.mask(scores)
+            if not bool(torch.isfinite(scores).any()):
+                # Bad words or min_tokens forbid everything the grammar allows: the grammar wins.
+                scores = unbanned
+                seq.grammar.mask(scores)
+                if not bool(torch.isfinite(scores).any()):
+                    logger.warning("the grammar allows no token of the vocabulary; ending the sequence")
+                    self._finish(seq)
+                    return
         if params.greedy:
             token = int(torch.argmax(scores))
             log_probs = torch.log_softmax(scores, dim=-1)
@@ -591,6 +764,16 @@ class Engine:
             log_probs = torch.log_softmax(scores, dim=-1)
             token = self._sample(scores, params, seq.generator)
         raw = logits.numpy().copy() if seq.group.options.return_generation_logits else None
+        if seq.grammar is not None:
+            seq.grammar.accept(token)
+            if seq.grammar.terminated:
+                if token in seq.grammar.stop_token_ids:
+                    # The grammar is complete and its stop token was chosen: like end_id, not emitted.
+                    self._finish(seq)
+                else:
+                    self._accept(seq, token, float(log_probs[token]), raw)
+                    self._finish(seq)
+                return
         self._accept(seq, token, float(log_probs[token]), raw)
 
     @staticmethod

@@ -16,8 +16,10 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from engine import (
+    CompiledGuide,
     Engine,
     EngineError,
+    GuidedDecoding,
     OutputOptions,
     RequestGroup,
     SamplingParams,
@@ -49,6 +51,16 @@ def _scalar(request: Any, name: str, row: int, default: Any) -> Any:
         return default
     flat = value.reshape(value.shape[0], -1) if value.ndim else value.reshape(1, 1)
     return flat[row if flat.shape[0] > row else 0, 0].item()
+
+
+def _text(request: Any, name: str, row: int) -> str:
+    """Row ``row``'s value of a per-row STRING scalar as text ("" when absent)."""
+    value = _input(request, name)
+    if value is None or value.size == 0:
+        return ""
+    flat = value.reshape(value.shape[0], -1) if value.ndim else value.reshape(1, 1)
+    item = flat[row if flat.shape[0] > row else 0, 0]
+    return item.decode("utf-8") if isinstance(item, bytes) else str(item)
 
 
 def _word_lists(request: Any, name: str, row: int) -> tuple[tuple[int, ...], ...]:
@@ -161,6 +173,17 @@ class TritonPythonModel:
             candidates, step_s = [], 0.0
         else:
             raise pb_utils.TritonModelException(f"engine_mode must be 'model' or 'synthetic', got {mode!r}")
+        guided_backend = _parameter(config, "guided_decoding_backend", "")
+        if guided_backend not in ("", "xgrammar"):
+            raise pb_utils.TritonModelException(
+                f"guided_decoding_backend must be 'xgrammar' or empty, got {guided_backend!r}"
+            )
+        self.guided_backend = guided_backend
+        self.guided: GuidedDecoding | None = None
+        if guided_backend and runner is not None:
+            from transformers import AutoTokenizer
+
+            self.guided = GuidedDecoding(AutoTokenizer.from_pretrained(model_dir), runner.vocab_size)
         self.engine = Engine(
             runner=runner,
             synthetic_candidates=candidates,
@@ -171,7 +194,7 @@ class TritonPythonModel:
         self.engine.start()
         pb_utils.Logger.log_info(
             f"CPU reference engine ready: mode={mode} model_dir={model_dir} decoupled={self.decoupled} "
-            f"max_active_requests={max_active}"
+            f"max_active_requests={max_active} guided_decoding_backend={guided_backend or 'none'}"
         )
 
     @staticmethod
@@ -330,9 +353,6 @@ class TritonPythonModel:
         for name in UNSUPPORTED_INPUTS:
             if _input(request, name) is not None:
                 raise EngineError(f"{name} is not supported by the CPU reference engine")
-        guide = _input(request, "guided_decoding_guide_type")
-        if guide is not None and any(v not in (b"", "") for v in guide.reshape(-1).tolist()):
-            raise EngineError("guided decoding is not supported by the CPU reference engine")
         input_ids = _input(request, "input_ids")
         if input_ids is None or input_ids.ndim != 2:
             raise EngineError("input_ids must have shape [batch, tokens]")
@@ -360,6 +380,7 @@ class TritonPythonModel:
         if num_return_sequences < 1:
             raise EngineError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
         prompts, params = [], []
+        guides: dict[tuple[str, str], CompiledGuide] = {}
         flat_lengths = lengths.reshape(batch, -1)[:, 0]
         for row in range(batch):
             beam_width = int(_scalar(request, "beam_width", row, 1))
@@ -373,7 +394,7 @@ class TritonPythonModel:
                     f"input_lengths {length} does not fit input_ids of width {input_ids.shape[1]}"
                 )
             prompts.append([int(t) for t in input_ids[row, :length]])
-            params.append(self._sampling(request, row))
+            params.append(self._sampling(request, row, guides))
         return RequestGroup(
             prompts=prompts,
             params=params,
@@ -384,7 +405,27 @@ class TritonPythonModel:
             request_id=request.request_id() or "",
         )
 
-    def _sampling(self, request: Any, row: int) -> SamplingParams:
+    def _guide(
+        self, request: Any, row: int, compiled: dict[tuple[str, str], CompiledGuide]
+    ) -> CompiledGuide | None:
+        guide_type = _text(request, "guided_decoding_guide_type", row).strip()
+        if not guide_type:
+            return None
+        if self.guided is None:
+            reason = (
+                "synthetic mode has no logits to constrain"
+                if self.synthetic and self.guided_backend
+                else "set the model parameter guided_decoding_backend=xgrammar"
+            )
+            raise EngineError(f"guided decoding is not enabled on this model: {reason}")
+        key = (guide_type, _text(request, "guided_decoding_guide", row))
+        if key not in compiled:
+            compiled[key] = self.guided.compile(*key)
+        return compiled[key]
+
+    def _sampling(
+        self, request: Any, row: int, guides: dict[tuple[str, str], CompiledGuide]
+    ) -> SamplingParams:
         end_id = _scalar(request, "end_id", row, None)
         seed = _scalar(request, "seed", row, None)
         if seed is None:
@@ -412,6 +453,7 @@ class TritonPythonModel:
             stop_words=_word_lists(request, "stop_words_list", row),
             bad_words=_word_lists(request, "bad_words_list", row),
             embedding_bias=row_bias,
+            guide=self._guide(request, row, guides),
         )
 
     def finalize(self) -> None:
