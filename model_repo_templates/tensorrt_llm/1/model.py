@@ -180,10 +180,16 @@ class TritonPythonModel:
             )
         self.guided_backend = guided_backend
         self.guided: GuidedDecoding | None = None
+        self.guided_unavailable = ""
         if guided_backend and runner is not None:
             from transformers import AutoTokenizer
 
-            self.guided = GuidedDecoding(AutoTokenizer.from_pretrained(model_dir), runner.vocab_size)
+            try:
+                self.guided = GuidedDecoding(AutoTokenizer.from_pretrained(model_dir), runner.vocab_size)
+            except ImportError as exc:
+                # Serve everything else; guided requests get an error saying why.
+                self.guided_unavailable = f"xgrammar is not installed ({exc})"
+                pb_utils.Logger.log_warn(f"guided decoding disabled: {self.guided_unavailable}")
         self.engine = Engine(
             runner=runner,
             synthetic_candidates=candidates,
@@ -412,11 +418,12 @@ class TritonPythonModel:
         if not guide_type:
             return None
         if self.guided is None:
-            reason = (
-                "synthetic mode has no logits to constrain"
-                if self.synthetic and self.guided_backend
-                else "set the model parameter guided_decoding_backend=xgrammar"
-            )
+            if self.synthetic and self.guided_backend:
+                reason = "synthetic mode has no logits to constrain"
+            elif self.guided_unavailable:
+                reason = self.guided_unavailable
+            else:
+                reason = "set the model parameter guided_decoding_backend=xgrammar"
             raise EngineError(f"guided decoding is not enabled on this model: {reason}")
         key = (guide_type, _text(request, "guided_decoding_guide", row))
         if key not in compiled:
