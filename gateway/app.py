@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from gateway import tracing
 from gateway.api import chat, completions, health, models
 from gateway.api.errors import install_error_handlers
 from gateway.api.middleware import (
@@ -153,5 +154,11 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             allow_headers=["*"],
         )
     paths = frozenset(getattr(r, "path", "") for r in app.routes)
-    app.add_middleware(ObservabilityMiddleware, metrics=metrics, paths=paths, access_log=settings.access_log)
+    app.add_middleware(
+        ObservabilityMiddleware,
+        metrics=metrics,
+        paths=paths,
+        access_log=settings.access_log,
+        tracing=settings.tracing and tracing.enabled(),
+    )
     return app

@@ -15,6 +15,7 @@ from typing import Any, get_args, get_origin
 
 from pydantic import ValidationError
 
+from gateway import tracing
 from gateway.config import ServedModel, Settings
 from gateway.logs import configure_logging
 from gateway.metrics import multiprocess_dir
@@ -102,6 +103,8 @@ def run_server(settings: Settings) -> None:
     from gateway.app import create_app
 
     configure_logging(settings.log_level, settings.log_format)
+    if settings.tracing:
+        tracing.configure("trtllm-openai-gateway")
     if not settings.models:
         raise SystemExit("gateway: no model configured (use --model name=...,tokenizer=DIR)")
     common: dict[str, Any] = {
@@ -129,6 +132,8 @@ def app_from_env() -> Any:
 
     settings = Settings.model_validate(json.loads(os.environ[SETTINGS_ENV]))
     configure_logging(settings.log_level, settings.log_format)
+    if settings.tracing:
+        tracing.configure("trtllm-openai-gateway")
     return create_app(settings)
 
 

@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     log_level: str = Field(default="info", description="Logging level.")
     log_format: Literal["text", "json"] = Field(default="text", description="Log lines as text or JSON.")
     access_log: bool = Field(default=True, description="One log line per request (never prompt text).")
+    tracing: bool = Field(
+        default=False,
+        description="OpenTelemetry spans (needs the otel extra); OTLP exporter set by the OTEL_* variables.",
+    )
     triton_connect_timeout_s: float = Field(
         default=10.0, gt=0, description="Deadline for Triton metadata calls (config, readiness)."
     )

@@ -98,4 +98,9 @@ class Engine(Protocol):
 
     async def is_ready(self) -> bool: ...
 
+    async def ensure_ready(self) -> None:
+        """Make `info` available (learn the model's contract if not yet known), or raise
+        EngineUnavailableError."""
+        ...
+
     async def close(self) -> None: ...

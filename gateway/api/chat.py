@@ -13,7 +13,7 @@ router = APIRouter()
 @router.post("/v1/chat/completions", response_model=ChatCompletion)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
     service = request.app.state.chat
-    prepared = service.prepare(body, timeout_s=client_timeout(request))
+    prepared = await service.prepare(body, timeout_s=client_timeout(request))
     if body.stream:
         return event_stream(request, service.stream(prepared))
     return await until_disconnect(request, service.create(prepared))

@@ -13,7 +13,7 @@ router = APIRouter()
 @router.post("/v1/completions", response_model=Completion)
 async def create_completion(body: CompletionRequest, request: Request) -> Any:
     service = request.app.state.completions
-    prepared, echoes = service.prepare(body, timeout_s=client_timeout(request))
+    prepared, echoes = await service.prepare(body, timeout_s=client_timeout(request))
     if body.stream:
         return event_stream(request, service.stream(prepared, echoes))
     return await until_disconnect(request, service.create(prepared, echoes))

@@ -16,6 +16,7 @@ import orjson
 from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway import tracing
 from gateway.errors import AuthenticationError, GatewayError, OverloadedError, PayloadTooLargeError
 from gateway.logs import ACCESS_LOGGER, RequestRecord, current_request
 from gateway.metrics import GatewayMetrics
@@ -183,12 +184,19 @@ class ObservabilityMiddleware:
     SILENT = frozenset({"/health", "/health/ready", "/metrics"})
 
     def __init__(
-        self, app: ASGIApp, *, metrics: GatewayMetrics, paths: frozenset[str], access_log: bool
+        self,
+        app: ASGIApp,
+        *,
+        metrics: GatewayMetrics,
+        paths: frozenset[str],
+        access_log: bool,
+        tracing: bool = False,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.paths = paths
         self.access_log = access_log
+        self.tracing = tracing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -214,7 +222,11 @@ class ObservabilityMiddleware:
         m = self.metrics
         m.in_flight.inc()
         try:
-            await self.app(scope, receive, send_with_id)
+            if self.tracing:
+                with tracing.server_span(f"{scope['method']} {scope['path']}", scope["headers"]):
+                    await self.app(scope, receive, send_with_id)
+            else:
+                await self.app(scope, receive, send_with_id)
         finally:
             m.in_flight.dec()
             current_request.reset(token)

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from gateway import tracing
 from gateway.asyncutil import until_deadline
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, InvalidRequestError
@@ -106,6 +107,7 @@ def build_generation(
 async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> AsyncIterator[ChoiceEvent]:
     """All choice events of a prepared request, timed for the metrics."""
     timer = RequestTimer(metrics, prepared.runtime.name)
+    span = tracing.start_span("generate", model=prepared.runtime.name, choices=len(prepared.choices))
     engine = prepared.runtime.engine
     streams = [run_generation(engine, g.request, g.choices, g.totals) for g in prepared.generations]
     deadline = None
@@ -131,6 +133,7 @@ async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> A
         raise
     finally:
         await merged.aclose()  # type: ignore[attr-defined]
+        span.end()
     if any(g.totals.stopped_early for g in prepared.generations):
         _count(metrics, cancelled="finished_early")
     timer.done(prepared.prompt_tokens, prepared.completion_tokens)

@@ -7,6 +7,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from gateway import tracing
 from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError, to_gateway_error
 from gateway.metrics import GatewayMetrics
@@ -44,8 +45,11 @@ class ChatService:
         self._limits = limits
         self._metrics = metrics
 
-    def prepare(self, body: ChatCompletionRequest, *, timeout_s: float | None = None) -> PreparedRequest:
+    async def prepare(
+        self, body: ChatCompletionRequest, *, timeout_s: float | None = None
+    ) -> PreparedRequest:
         runtime = self._registry.get(body.model)
+        await runtime.engine.ensure_ready()
         p.log_unknown_fields(body.model_extra)
         p.reject_unsupported(body)
         n = p.choose_n(body.n, self._limits)
@@ -59,10 +63,11 @@ class ChatService:
         template_kwargs = dict(body.chat_template_kwargs or {})
         if plan.template_tools is not None:
             template_kwargs["tools"] = plan.template_tools
-        prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
-        # Chat templates write BOS themselves; the stock preprocessing still adds special tokens,
-        # and the count must match what the engine sees.
-        ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
+        with tracing.span("tokenize", model=runtime.name):
+            prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
+            # Chat templates write BOS themselves; the stock preprocessing still adds special
+            # tokens, and the count must match what the engine sees.
+            ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         max_tokens = p.resolve_max_tokens(

@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+from gateway import tracing
 from gateway.errors import InvalidRequestError, to_gateway_error
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.openai import Completion, CompletionChoice, CompletionRequest, CompletionUsage
@@ -26,16 +27,18 @@ class CompletionService:
         self._limits = limits
         self._metrics = metrics
 
-    def prepare(
+    async def prepare(
         self, body: CompletionRequest, *, timeout_s: float | None = None
     ) -> tuple[PreparedRequest, list[str]]:
         """Everything that can fail before generation starts, so it fails with a proper status."""
         runtime = self._registry.get(body.model)
+        await runtime.engine.ensure_ready()
         p.log_unknown_fields(body.model_extra)
         p.reject_unsupported(body)
         n = p.choose_n(body.n, self._limits)
         stops = p.stop_strings(body.stop, self._limits)
-        prompts = _prompts(runtime, body)
+        with tracing.span("tokenize", model=runtime.name):
+            prompts = _prompts(runtime, body)
         info = runtime.engine.info
         logprobs = lp.requested(
             enabled=body.logprobs is not None,

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 from tritonclient.grpc import service_pb2
 
+from gateway import tracing
 from gateway.asyncutil import merge
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
@@ -106,6 +107,10 @@ class TritonEngine:
                     self._stop_model = self._engine_model
         return c.read_contract(config, self._route).with_decoupled(decoupled)
 
+    async def ensure_ready(self) -> None:
+        if self._contract is None:
+            await self.introspect()
+
     async def is_ready(self) -> bool:
         """Ready when any endpoint serves the model."""
         for endpoint in self._pool.endpoints:
@@ -189,9 +194,12 @@ class TritonEngine:
             first = True
             written.clear()
             endpoint.outstanding += 1
+            span = tracing.start_span(
+                "triton.infer", model=self._model, endpoint=endpoint.url, request_id=triton_id
+            )
             try:
                 async for parsed in self._call(
-                    endpoint, requests(), written, single=not streaming, request_id=triton_id
+                    endpoint, requests(), written, single=not streaming, request_id=triton_id, span=span
                 ):
                     if first:
                         self._pool.succeeded(endpoint)
@@ -226,6 +234,7 @@ class TritonEngine:
                     raise failure.error from None
             finally:
                 endpoint.outstanding -= 1
+                span.end()
 
     async def _call(
         self,
@@ -235,9 +244,10 @@ class TritonEngine:
         *,
         single: bool,
         request_id: str,
+        span: tracing.Span,
     ) -> AsyncIterator[ParsedResponse]:
         """One gRPC stream: parsed responses until the final one. Closing it early cancels the call."""
-        call = endpoint.connection.stub.ModelStreamInfer(requests)
+        call = endpoint.connection.stub.ModelStreamInfer(requests, metadata=span.grpc_metadata())
         finished = False
         started = False
         try:
@@ -252,6 +262,7 @@ class TritonEngine:
             finished = True
         except grpc.aio.AioRpcError as exc:
             finished = True
+            span.error(exc)
             if not started and is_connection_failure(exc):
                 raise _Failover(exc.details() or exc.code().name, rpc_error(exc, self._model)) from None
             if started and exc.code() == grpc.StatusCode.UNAVAILABLE:

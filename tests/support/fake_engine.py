@@ -93,6 +93,10 @@ class FakeEngine:
     async def is_ready(self) -> bool:
         return self.ready
 
+    async def ensure_ready(self) -> None:
+        if not self.ready:
+            raise EngineUnavailableError("fake engine is not ready")
+
     async def close(self) -> None:
         return None
 
