@@ -748,6 +748,7 @@ def test_required_schema_admits_calls_to_any_tool_and_nothing_else(fmt: str) -> 
         [{"name": "get_weather", key: {}}],
         [{"name": "get_time"}],
         [{"name": "get_time", key: {}, "extra": 1}],
+        [*good, good[0]],  # more calls than tools offered
     ]:
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
@@ -756,9 +757,10 @@ def test_required_schema_admits_calls_to_any_tool_and_nothing_else(fmt: str) -> 
     assert parse(json.dumps(good), "json") == (None, [("get_weather", {"city": "Paris"}), ("get_time", {})])
 
 
-def test_named_schema_without_parallel_calls_is_one_call_to_that_function() -> None:
+@pytest.mark.parametrize("parallel", [None, True, False])
+def test_a_named_schema_is_one_call_to_that_function(parallel: bool | None) -> None:
     tools = validate_tools([WEATHER, TIME])
-    schema = tool_call_json_schema(tools, ToolChoice("function", "get_weather"), False, "hermes")
+    schema = tool_call_json_schema(tools, ToolChoice("function", "get_weather"), parallel, "hermes")
     assert schema == {
         "type": "object",
         "properties": {

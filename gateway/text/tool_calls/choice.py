@@ -152,10 +152,12 @@ def tool_call_json_schema(
     arguments_key = "parameters" if format == "llama3_json" else "arguments"
     variants = [_call_schema(t, arguments_key) for t in candidates]
     call = variants[0] if len(variants) == 1 else {"anyOf": variants}
-    # Parallel calls are allowed unless the request says otherwise (OpenAI's default).
-    if parallel_tool_calls is False:
+    # A named function is one call to it. Otherwise parallel calls are allowed unless the request
+    # says no (OpenAI's default), at most one per offered tool: a guided model that never wants to
+    # stop would otherwise write calls until it runs out of tokens.
+    if tool_choice.mode == "function" or parallel_tool_calls is False:
         return call
-    return {"type": "array", "items": call, "minItems": 1}
+    return {"type": "array", "items": call, "minItems": 1, "maxItems": len(candidates)}
 
 
 def _call_schema(tool: FunctionTool, arguments_key: str) -> dict[str, Any]:
