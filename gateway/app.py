@@ -36,25 +36,31 @@ logger = logging.getLogger(__name__)
 EngineFactory = Callable[[ServedModel], Engine]
 
 
-async def _introspect_until_ready(engines: Sequence[Engine]) -> None:
-    """Learn each model's contract as soon as Triton serves it; Triton may start after us."""
+async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
+    """Learn each model's contract as soon as Triton serves it (Triton may start after us), and
+    log what each model supports, the same table `gateway check` prints."""
     delay = 0.5
-    pending = list(engines)
+    pending = list(runtimes)
     while pending:
         still = []
-        for engine in pending:
-            introspect = getattr(engine, "introspect", None)
-            if introspect is None:
-                continue
+        for runtime in pending:
             try:
-                await introspect()
+                await runtime.engine.ensure_ready()
             except GatewayError as exc:
                 logger.warning("waiting for Triton: %s", exc.message)
-                still.append(engine)
+                still.append(runtime)
         pending = still
         if pending:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
+    from gateway.check import report, table
+    from gateway.triton.engine import TritonEngine
+
+    reports = [
+        report(r.config, r.engine, None, r.tokenizer) for r in runtimes if isinstance(r.engine, TritonEngine)
+    ]
+    if reports:
+        logger.info("models ready:\n%s", table(reports))
 
 
 class TritonEngines:
@@ -110,7 +116,7 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         app.state.chat = ChatService(registry, limits, metrics)
         if triton is not None:
             triton.start()
-        introspection = asyncio.create_task(_introspect_until_ready([r.engine for r in runtimes]))
+        introspection = asyncio.create_task(_introspect_until_ready(runtimes))
         try:
             yield
         finally:

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve models from a running Triton")
     _add_settings_flags(serve)
+    check = sub.add_parser("check", help="report what each served model supports, as read from Triton")
+    _add_settings_flags(check)
     dev = sub.add_parser(
         "dev", help="start the embedded CPU stack (tritonserver + tiny model) and the gateway"
     )
@@ -146,6 +148,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(2) from None
     if args.command == "serve":
         run_server(settings)
+    elif args.command == "check":
+        from gateway.check import run_check
+
+        raise SystemExit(run_check(settings))
     elif args.command == "dev":
         from gateway.devserver import run_dev
 

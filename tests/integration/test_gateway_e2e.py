@@ -289,3 +289,41 @@ def test_bad_requests_are_openai_errors(
     assert r.status_code == status
     validate("ErrorResponse", r.json())
     assert r.json()["error"]["code"] == code
+
+
+def test_gateway_check_reports_what_each_model_supports(triton_stack: TritonStack) -> None:
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "gateway.cli", "check", "--triton-url", triton_stack.grpc_url]
+    for name in ("tiny", "tiny-legacy", "tiny-stock", "tiny-engine"):
+        key, route = SERVED[name]
+        m = triton_stack.models[key]
+        args += ["--model", f"name={name},tokenizer={m.tokenizer_dir},route={route}"]
+        args[-1] += f",triton_model={m.ensemble},engine_model={m.engine}"
+    args += [
+        "--model",
+        f"name=missing,tokenizer={triton_stack.models['bpe_current'].tokenizer_dir},triton_model=nope",
+    ]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1  # one model is not in Triton
+    rows = {
+        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
+        for line in out.stdout.splitlines()
+        if line.count("│") > 5
+    }
+    assert rows["tiny"][3:10] == ["ready", "current", "yes", "yes", "num_return_sequences", "yes", "top-k"]
+    assert rows["tiny-legacy"][3:7] == ["ready", "legacy", "yes", "yes"]
+    assert rows["tiny-stock"][6] == "no"  # no output_ids: text is reassembled from bytes
+    assert rows["tiny-engine"][2] == "engine"
+    assert rows["missing"][3].startswith("unavailable")
+
+
+def test_the_gateway_logs_the_same_summary_at_start_up(triton_stack: TritonStack) -> None:
+    m = triton_stack.models["bpe_legacy"]
+    spec = f"name=tiny-legacy,tokenizer={m.tokenizer_dir},triton_model={m.ensemble}"
+    with GatewayProcess(
+        ["--triton-url", triton_stack.grpc_url, "--model", spec, "--log-level", "info"]
+    ) as gw:
+        log = gw.log_text()
+    assert "models ready" in log and "tiny-legacy" in log and "legacy" in log
