@@ -183,3 +183,54 @@ async def test_with_two_tritons_and_one_stopped_every_request_succeeds(
             assert all(s[-1] == "[DONE]" and "error" not in s[-2] for s in streams)
             metrics = (await client.get(gw.base_url + "/metrics")).text
         assert f'gateway_triton_endpoint_healthy{{endpoint="{second.grpc_url}"}} 0.0' in metrics
+
+
+async def test_sigterm_lets_short_streams_finish_and_cancels_long_ones_after_the_grace(
+    triton_stack: TritonStack,
+) -> None:
+    model = triton_stack.models["bpe_synthetic"]
+    labels = {"request_type": "active", "model": model.engine, "version": "1"}
+    args = [
+        *gateway_args(triton_stack.grpc_url, tokenizer_dir=model.tokenizer_dir),
+        "--shutdown-grace-s",
+        "2",
+    ]
+    gw = GatewayProcess(args).start()
+    try:
+        url = gw.base_url + "/v1/completions"
+        async with httpx.AsyncClient(timeout=60) as client:
+            short_started, long_started = asyncio.Event(), asyncio.Event()
+            short = asyncio.create_task(read_stream(client, url, {**STREAM, "max_tokens": 60}, short_started))
+            long = asyncio.create_task(read_stream(client, url, STREAM, long_started))
+            await asyncio.wait_for(asyncio.gather(short_started.wait(), long_started.wait()), 30)
+            gw.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+            short_events = await asyncio.wait_for(short, 30)
+            assert short_events[-1] == "[DONE]" and "error" not in short_events[-2]
+            with pytest.raises(httpx.HTTPError):
+                await asyncio.wait_for(long, 30)  # cut when the grace period ends
+        # uvicorn re-raises the signal once it has shut down, so the exit status says SIGTERM.
+        assert gw.process.wait(timeout=30) in (0, -signal.SIGTERM)  # type: ignore[union-attr]
+        await wait_until(
+            lambda: triton_stack.metric("nv_trt_llm_request_metrics", **labels) == 0, timeout=2.0
+        )
+    finally:
+        gw.stop()
+
+
+async def test_several_workers_share_the_port_and_one_metrics_view(triton_stack: TritonStack) -> None:
+    model = triton_stack.models["bpe_synthetic"]
+    args = [*gateway_args(triton_stack.grpc_url, tokenizer_dir=model.tokenizer_dir), "--workers", "2"]
+    with GatewayProcess(args) as gw:
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = {"model": "syn", "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
+            results = await asyncio.gather(
+                *(client.post(gw.base_url + "/v1/completions", json=body) for _ in range(20))
+            )
+            assert [r.status_code for r in results] == [200] * 20
+            text = (await client.get(gw.base_url + "/metrics")).text
+    total = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("gateway_requests_total{") and 'route="/v1/completions"' in line
+    )
+    assert total == 20  # counted across both workers, whichever answered the scrape
