@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -11,8 +12,15 @@ from dataclasses import dataclass, field
 from gateway import tracing
 from gateway.asyncutil import until_deadline
 from gateway.engine import GenerationRequest, SamplingParams
-from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, InvalidRequestError
+from gateway.errors import (
+    DeadlineExceededError,
+    EngineError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    to_gateway_error,
+)
 from gateway.metrics import GatewayMetrics, RequestTimer
+from gateway.serving.chunks import error_event
 from gateway.serving.generate import (
     ChoiceEvent,
     ChoiceState,
@@ -21,7 +29,10 @@ from gateway.serving.generate import (
     merge,
     run_generation,
 )
-from gateway.serving.registry import ModelRuntime
+from gateway.serving.params import RequestLimits
+from gateway.serving.registry import ModelRegistry, ModelRuntime
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -59,6 +70,24 @@ class PreparedRequest:
     @property
     def completion_tokens(self) -> int:
         return sum(c.completion_tokens for c in self.choices)
+
+
+class GenerationService:
+    """What the completions and chat services share: where models, limits and metrics come from."""
+
+    def __init__(
+        self, registry: ModelRegistry, limits: RequestLimits, metrics: GatewayMetrics | None
+    ) -> None:
+        self._registry = registry
+        self._limits = limits
+        self._metrics = metrics
+
+
+def stream_failure(exc: Exception) -> str:
+    """The one error event a failed stream ends with (before [DONE]), logged by severity."""
+    error = to_gateway_error(exc)
+    logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
+    return error_event(error)
 
 
 def new_id(prefix: str) -> str:

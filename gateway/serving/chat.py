@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 from gateway import tracing
 from gateway.engine import TokenLogprob
-from gateway.errors import InvalidRequestError, to_gateway_error
-from gateway.metrics import GatewayMetrics
+from gateway.errors import InvalidRequestError
 from gateway.protocol.openai import (
     ChatCompletion,
     ChatCompletionChoice,
@@ -22,9 +20,15 @@ from gateway.protocol.openai import (
 )
 from gateway.serving import logprobs as lp
 from gateway.serving import params as p
-from gateway.serving.base import PreparedRequest, build_generation, events, new_id
-from gateway.serving.chunks import DONE, ChatChunkWriter, error_event
-from gateway.serving.registry import ModelRegistry
+from gateway.serving.base import (
+    GenerationService,
+    PreparedRequest,
+    build_generation,
+    events,
+    new_id,
+    stream_failure,
+)
+from gateway.serving.chunks import DONE, ChatChunkWriter
 from gateway.serving.structured import plan_output
 from gateway.text.tool_calls import (
     ContentDelta,
@@ -34,17 +38,8 @@ from gateway.text.tool_calls import (
     parse_tool_calls,
 )
 
-logger = logging.getLogger(__name__)
 
-
-class ChatService:
-    def __init__(
-        self, registry: ModelRegistry, limits: p.RequestLimits, metrics: GatewayMetrics | None
-    ) -> None:
-        self._registry = registry
-        self._limits = limits
-        self._metrics = metrics
-
+class ChatService(GenerationService):
     async def prepare(
         self, body: ChatCompletionRequest, *, timeout_s: float | None = None
     ) -> PreparedRequest:
@@ -177,9 +172,7 @@ class ChatService:
             if prepared.include_usage:
                 yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
         except Exception as exc:
-            error = to_gateway_error(exc)
-            logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
-            yield error_event(error)
+            yield stream_failure(exc)
         yield DONE
 
 

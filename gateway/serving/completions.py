@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
 from gateway import tracing
-from gateway.errors import InvalidRequestError, to_gateway_error
-from gateway.metrics import GatewayMetrics
+from gateway.errors import InvalidRequestError
 from gateway.protocol.openai import Completion, CompletionChoice, CompletionRequest, CompletionUsage
 from gateway.serving import logprobs as lp
 from gateway.serving import params as p
-from gateway.serving.base import PreparedRequest, build_generation, events, new_id
-from gateway.serving.chunks import DONE, CompletionChunkWriter, error_event
-from gateway.serving.registry import ModelRegistry, ModelRuntime
+from gateway.serving.base import (
+    GenerationService,
+    PreparedRequest,
+    build_generation,
+    events,
+    new_id,
+    stream_failure,
+)
+from gateway.serving.chunks import DONE, CompletionChunkWriter
+from gateway.serving.registry import ModelRuntime
 
-logger = logging.getLogger(__name__)
 
-
-class CompletionService:
-    def __init__(
-        self, registry: ModelRegistry, limits: p.RequestLimits, metrics: GatewayMetrics | None
-    ) -> None:
-        self._registry = registry
-        self._limits = limits
-        self._metrics = metrics
-
+class CompletionService(GenerationService):
     async def prepare(
         self, body: CompletionRequest, *, timeout_s: float | None = None
     ) -> tuple[PreparedRequest, list[str]]:
@@ -123,9 +119,7 @@ class CompletionService:
             if prepared.include_usage:
                 yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
         except Exception as exc:
-            error = to_gateway_error(exc)
-            logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
-            yield error_event(error)
+            yield stream_failure(exc)
         yield DONE
 
 
