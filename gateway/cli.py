@@ -117,6 +117,8 @@ def run_server(settings: Settings) -> None:
         "access_log": False,
         "log_config": None,
         "timeout_graceful_shutdown": settings.shutdown_grace_s + 5,
+        # uvicorn's 5 s default races clients that reuse a pooled connection just as it closes.
+        "timeout_keep_alive": settings.keep_alive_s,
     }
     if settings.workers > 1:
         # Worker processes each build the app from the same settings, sharing the port; their

@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     max_tokens_limit: int | None = Field(
         default=None, ge=1, description="Largest max_tokens a request may ask."
     )
+    keep_alive_s: float = Field(
+        default=75.0,
+        gt=0,
+        description="Idle HTTP keep-alive; longer than clients' pool idle time, so they never reuse a closing one.",
+    )
     shutdown_grace_s: float = Field(
         default=30.0, ge=0, description="On SIGTERM, how long open streams may run before they are cancelled."
     )

@@ -96,6 +96,8 @@ def run_proxy(
     ready_timeout: float = 120.0,
 ) -> Iterator[LiteLLMProxy]:
     """Start the proxy, wait until it answers, yield it, stop it (and its children)."""
+    # The proxy runs with workdir as its cwd: a relative path would be resolved twice.
+    workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "litellm_config.yaml"
     write_config(config, served_name, triton_http_url, triton_model)
