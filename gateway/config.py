@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     keep_alive_s: float = Field(
         default=75.0,
         gt=0,
-        description="Idle HTTP keep-alive; longer than clients' pool idle time, so they never reuse a closing one.",
+        description="Idle HTTP keep-alive, longer than clients' pool idle time (no reuse of a closing one).",
     )
     shutdown_grace_s: float = Field(
         default=30.0, ge=0, description="On SIGTERM, how long open streams may run before they are cancelled."
