@@ -54,6 +54,9 @@ class GenerationRequest:
     guide: tuple[str, str] | None = None
     # None: no log probabilities; k >= 0: each token's, with the k most likely alternatives.
     logprobs: int | None = None
+    # OpenAI logit_bias as (token id, bias) pairs, and the model's vocabulary size for the vector.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    vocab_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ class EngineInfo:
     guided_decoding: bool = False
     logprobs: bool = False
     top_logprobs: bool = False
+    logit_bias: bool = False
     inputs: frozenset[str] = field(default_factory=frozenset)
     outputs: frozenset[str] = field(default_factory=frozenset)
 

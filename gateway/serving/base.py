@@ -106,6 +106,7 @@ def build_generation(
     first_index: int,
     guide: tuple[str, str] | None = None,
     logprobs: int | None = None,
+    logit_bias: tuple[tuple[int, float], ...] = (),
 ) -> Generation:
     if not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
@@ -122,6 +123,8 @@ def build_generation(
         stop_token_strings=info.extra_end_tokens,
         guide=guide,
         logprobs=logprobs,
+        logit_bias=logit_bias,
+        vocab_size=info.model_vocab_size or runtime.tokenizer.vocab_size,
     )
     choices = make_choices(
         runtime.tokenizer,

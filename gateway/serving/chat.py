@@ -76,6 +76,8 @@ class ChatService(GenerationService):
             supported=info.logprobs,
             top_supported=info.top_logprobs,
         )
+        vocab = runtime.tokenizer.info.model_vocab_size or runtime.tokenizer.vocab_size
+        bias = p.logit_bias(body.logit_bias, vocab, supported=info.logit_bias)
         response_id = new_id("chatcmpl")
         generation = build_generation(
             runtime,
@@ -88,6 +90,7 @@ class ChatService(GenerationService):
             first_index=0,
             guide=plan.guide,
             logprobs=logprobs,
+            logit_bias=bias,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return PreparedRequest(

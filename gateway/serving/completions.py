@@ -43,6 +43,8 @@ class CompletionService(GenerationService):
             supported=info.logprobs,
             top_supported=info.top_logprobs,
         )
+        vocab = runtime.tokenizer.info.model_vocab_size or runtime.tokenizer.vocab_size
+        bias = p.logit_bias(body.logit_bias, vocab, supported=info.logit_bias)
         response_id = new_id("cmpl")
         generations = []
         echoes = []
@@ -61,6 +63,7 @@ class CompletionService(GenerationService):
                     stops=stops,
                     first_index=i * n,
                     logprobs=logprobs,
+                    logit_bias=bias,
                 )
             )
             echoes.append(text if body.echo else "")

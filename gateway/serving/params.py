@@ -38,7 +38,7 @@ def log_unknown_fields(extra: dict[str, Any] | None) -> None:
 def reject_unsupported(request: CompletionRequest | ChatCompletionRequest) -> None:
     """Fields that would change the result but are not served yet: a 400 naming them, never a
     silent default."""
-    checks: list[tuple[str, bool]] = [("logit_bias", bool(request.logit_bias))]
+    checks: list[tuple[str, bool]] = []
     if isinstance(request, CompletionRequest):
         checks += [
             ("best_of", request.best_of is not None and request.best_of != (request.n or 1)),
@@ -139,6 +139,35 @@ def sampling_params(
         length_penalty=request.length_penalty,
         ignore_eos=bool(request.ignore_eos),
     )
+
+
+def logit_bias(
+    raw: dict[str, float] | None, vocab_size: int, *, supported: bool
+) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"token id": bias} checked: ids in the vocabulary, biases within [-100, 100]."""
+    if not raw:
+        return ()
+    if not supported:
+        raise UnsupportedParameterError(
+            "logit_bias needs the engine's embedding_bias input: serve this model with route=engine",
+            param="logit_bias",
+        )
+    out = []
+    for key, value in raw.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise InvalidRequestError(
+                f"logit_bias key {key!r} is not a token id", param="logit_bias"
+            ) from None
+        if not 0 <= token < vocab_size:
+            raise InvalidRequestError(
+                f"logit_bias token {token} is outside the vocabulary", param="logit_bias"
+            )
+        if not -100 <= value <= 100:
+            raise InvalidRequestError("logit_bias values must be between -100 and 100", param="logit_bias")
+        out.append((token, float(value)))
+    return tuple(out)
 
 
 def request_deadline(limits: RequestLimits, header_s: float | None) -> float | None:

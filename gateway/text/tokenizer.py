@@ -27,6 +27,8 @@ class ModelTextInfo:
     extra_end_ids: tuple[int, ...]
     extra_end_tokens: tuple[str, ...]
     max_model_len: int | None
+    # The model's vocabulary (logits) size: config.json's vocab_size, often padded past the tokenizer's.
+    model_vocab_size: int | None = None
 
 
 class Tokenizer:
@@ -133,6 +135,7 @@ def _read_model_info(path: Path, tok: Any) -> ModelTextInfo:
         extra_end_ids=extra,
         extra_end_tokens=extra_tokens,
         max_model_len=max_len,
+        model_vocab_size=cfg["vocab_size"] if isinstance(cfg.get("vocab_size"), int) else None,
     )
 
 

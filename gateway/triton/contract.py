@@ -43,6 +43,7 @@ RETURN_LOG_PROBS = "return_log_probs"
 RETURN_GENERATION_LOGITS = "return_generation_logits"
 GUIDE_TYPE = "guided_decoding_guide_type"
 GUIDE = "guided_decoding_guide"
+EMBEDDING_BIAS = "embedding_bias"
 
 # Physical names per route; a tuple lists the names of one input across versions, newest first.
 _ENSEMBLE: dict[str, tuple[str, ...]] = {
@@ -63,6 +64,8 @@ _ENGINE: dict[str, tuple[str, ...]] = {
     TOP_K: ("runtime_top_k",),
     TOP_P: ("runtime_top_p",),
     LENGTH_PENALTY: ("len_penalty",),
+    # A bias per vocabulary entry; the ensemble only has word-level embedding_bias_words.
+    EMBEDDING_BIAS: ("embedding_bias",),
 }
 _SHARED: dict[str, tuple[str, ...]] = {
     END_ID: ("end_id",),
@@ -151,6 +154,10 @@ class Contract:
     @property
     def top_logprobs(self) -> bool:
         return self.logprobs and RETURN_GENERATION_LOGITS in self.inputs and GENERATION_LOGITS in self.outputs
+
+    @property
+    def logit_bias(self) -> bool:
+        return EMBEDDING_BIAS in self.inputs
 
     @property
     def guided_decoding(self) -> bool:

@@ -60,6 +60,7 @@ class TritonEngine:
             guided_decoding=k.guided_decoding,
             logprobs=k.logprobs,
             top_logprobs=k.top_logprobs,
+            logit_bias=k.logit_bias,
             inputs=k.declared_inputs,
             outputs=k.outputs,
         )

@@ -134,6 +134,11 @@ def build_request(
         spec = specs.get(name)
         if spec is not None:
             _scalar(out, spec, value)
+    if request.logit_bias and contract.logit_bias:
+        bias = np.zeros((1, request.vocab_size), dtype=np.float32)
+        for token, value in request.logit_bias:
+            bias[0, token] = value
+        _tensor(out, specs[c.EMBEDDING_BIAS].name, "FP32", list(bias.shape), bias.tobytes())
     if request.guide is not None and contract.guided_decoding:
         guide_type, guide = request.guide
         _strings(out, specs[c.GUIDE_TYPE], [guide_type])

@@ -100,16 +100,19 @@ async def test_over_long_prompt_is_context_length_exceeded(make_client: MakeClie
 
 
 @pytest.mark.parametrize(
-    ("extra", "param"),
+    ("path", "extra", "param"),
     [
-        ({"logit_bias": {"5": 10}}, "logit_bias"),
+        ("/v1/chat/completions", {"logit_bias": {"5": 10}}, "logit_bias"),  # engine without embedding_bias
+        ("/v1/completions", {"best_of": 3}, "best_of"),
+        ("/v1/completions", {"suffix": "end"}, "suffix"),
     ],
 )
 async def test_fields_that_change_the_result_but_are_unsupported_are_rejected_by_name(
-    make_client: MakeClient, extra: dict, param: str
+    make_client: MakeClient, path: str, extra: dict, param: str
 ) -> None:
-    client, engine = await make_client()
-    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, **extra})
+    client, engine = await make_client(logit_bias=False)
+    body = {"model": "tiny", **({"messages": USER} if "chat" in path else {"prompt": "x"})}
+    r = await client.post(path, json={**body, **extra})
     assert_error(r, 400, param=param, code="unsupported_parameter")
     assert engine.requests == []
 

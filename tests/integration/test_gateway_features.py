@@ -184,3 +184,24 @@ def test_logprobs_equal_the_reference_models_log_softmax(
         assert len(tops) == 5 and tops == sorted(tops, reverse=True)
         best = sorted(rows[pos], reverse=True)[:5]
         assert all(math.isclose(a, b, abs_tol=1e-4) for a, b in zip(tops, best, strict=True))
+
+
+def test_logit_bias_on_the_engine_route_forces_a_token_and_is_refused_on_the_ensemble(
+    sdk: openai.OpenAI, triton_stack: TritonStack
+) -> None:
+    from gateway.text.tokenizer import Tokenizer
+
+    tok = Tokenizer(triton_stack.models["bpe_current"].tokenizer_dir)
+    (token,) = tok.encode(" the", add_special_tokens=False)[:1]
+    out = sdk.completions.create(
+        model="tiny-engine",
+        prompt="Once",
+        max_tokens=5,
+        temperature=0,
+        logit_bias={str(token): 100},
+        extra_body={"ignore_eos": True},
+    )
+    assert out.choices[0].text == tok.decode([token] * 5)
+    with pytest.raises(openai.BadRequestError) as info:
+        sdk.completions.create(model="tiny", prompt="Once", max_tokens=5, logit_bias={str(token): 100})
+    assert info.value.body["param"] == "logit_bias"  # type: ignore[index]

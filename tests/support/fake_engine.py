@@ -21,6 +21,7 @@ class FakeEngine:
     guided: bool = True
     # Whether the engine reports log probabilities (and alternatives); they are scripted values.
     logprobs: bool = True
+    logit_bias: bool = True
     # Fail after this many deltas (None: never), with this error.
     fail_after: int | None = None
     fail_with: type[Exception] = EngineError
@@ -44,6 +45,7 @@ class FakeEngine:
             guided_decoding=self.guided,
             logprobs=self.logprobs,
             top_logprobs=self.logprobs,
+            logit_bias=self.logit_bias,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:
