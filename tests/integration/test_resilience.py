@@ -234,3 +234,24 @@ async def test_several_workers_share_the_port_and_one_metrics_view(triton_stack:
         if line.startswith("gateway_requests_total{") and 'route="/v1/completions"' in line
     )
     assert total == 20  # counted across both workers, whichever answered the scrape
+
+
+async def test_with_triton_down_at_start_up_the_gateway_starts_and_answers_503(tmp_path: Path) -> None:
+    from deploy.tiny_model import build_tiny_model
+    from tests.support.gateway_process import free_port
+
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    gw = GatewayProcess(gateway_args(dead, tokenizer_dir=build_tiny_model("bpe"))).start(wait="/health")
+    try:
+        async with httpx.AsyncClient(timeout=30) as client:
+            assert (await client.get(gw.base_url + "/health")).status_code == 200
+            ready = await client.get(gw.base_url + "/health/ready")
+            assert ready.status_code == 503 and ready.json()["models"] == {"syn": False}
+            body = {"model": "syn", "prompt": "x", "max_tokens": 2}
+            r = await client.post(gw.base_url + "/v1/completions", json=body)
+            assert r.status_code == 503 and r.json()["error"]["code"] == "engine_unavailable"
+            r = await client.post(gw.base_url + "/v1/completions", json={**STREAM, "max_tokens": 2})
+            assert r.status_code == 503  # refused before the stream starts
+        assert gw.alive()
+    finally:
+        gw.stop()
