@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
+from gateway.api.errors import ERROR_RESPONSES, Request
 from gateway.api.streaming import client_timeout, event_stream, until_disconnect
 from gateway.protocol.openai import Completion, CompletionRequest
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 @router.post("/v1/completions", response_model=Completion)

@@ -18,8 +18,25 @@ from gateway.errors import (
     PayloadTooLargeError,
     to_gateway_error,
 )
+from gateway.protocol.openai import ErrorResponse
 
 logger = logging.getLogger(__name__)
+
+# For the OpenAPI document: every error the /v1 routes return has OpenAI's error shape.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in (
+        (400, "Invalid request"),
+        (401, "Missing or wrong API key"),
+        (404, "Unknown model"),
+        (413, "Request body too large"),
+        (429, "Overloaded; see Retry-After"),
+        (500, "Internal error"),
+        (502, "Triton failed the request"),
+        (503, "Triton unavailable"),
+        (504, "Deadline exceeded"),
+    )
+}
 
 
 def error_response(error: GatewayError) -> JSONResponse:

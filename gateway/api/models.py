@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
+from gateway.api.errors import ERROR_RESPONSES, Request
 from gateway.protocol.openai import Model, ModelList
 
-router = APIRouter()
+router = APIRouter(responses=ERROR_RESPONSES)
 
 
 @router.get("/v1/models", response_model=ModelList)

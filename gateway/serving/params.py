@@ -37,15 +37,13 @@ def log_unknown_fields(extra: dict[str, Any] | None) -> None:
 
 def reject_unsupported(request: CompletionRequest | ChatCompletionRequest) -> None:
     """Fields that would change the result but are not served yet: a 400 naming them, never a
-    silent default."""
-    checks: list[tuple[str, bool]] = []
-    if isinstance(request, CompletionRequest):
-        checks += [
-            ("best_of", request.best_of is not None and request.best_of != (request.n or 1)),
-            ("suffix", bool(request.suffix)),
-        ]
-    else:
-        checks += []
+    silent default. (Chat serves every field it accepts.)"""
+    if not isinstance(request, CompletionRequest):
+        return
+    checks = [
+        ("best_of", request.best_of is not None and request.best_of != (request.n or 1)),
+        ("suffix", bool(request.suffix)),
+    ]
     for name, present in checks:
         if present:
             raise UnsupportedParameterError(f"`{name}` is not supported by this server yet", param=name)
