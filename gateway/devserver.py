@@ -8,6 +8,7 @@ gateway, leaving no orphans.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import signal
@@ -45,7 +46,9 @@ def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess
         "--engine-mode",
         args.engine_mode,
     ]
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent
+    )
     assert child.stdout is not None
     ready: dict[str, str] = {}
 
@@ -70,6 +73,14 @@ def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess
     return child, ready
 
 
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the kernel sends it SIGTERM if the gateway dies, even by
+    SIGKILL, so the Triton stack never outlives it (Linux prctl PR_SET_PDEATHSIG)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)
+
+
 def _stop(child: subprocess.Popen[str]) -> None:
     if child.poll() is None:
         os.killpg(child.pid, signal.SIGTERM)
@@ -80,10 +91,17 @@ def _stop(child: subprocess.Popen[str]) -> None:
             child.wait()
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run_dev(settings: Settings, args: argparse.Namespace) -> None:
     from gateway.cli import run_server
 
     model_dir = Path(args.model_dir) if args.model_dir else _tiny_model_dir()
+    # uvicorn re-raises SIGTERM once it has shut down; with the default handler that would end
+    # the process before `finally` stops the Triton stack.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     child, ready = _start_triton(model_dir, args)
     try:
         served = ServedModel(name=args.served_name, tokenizer=model_dir, triton_model=ready["ensemble"])

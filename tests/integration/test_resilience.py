@@ -255,3 +255,44 @@ async def test_with_triton_down_at_start_up_the_gateway_starts_and_answers_503(t
         assert gw.alive()
     finally:
         gw.stop()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_gateway_dev_leaves_no_process_behind(signum: int) -> None:
+    """`make run`'s stack: the Triton child goes when the gateway goes, even when it is killed."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.gateway_process import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "dev", "--port", str(port), "--engine-mode", "synthetic"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, "gateway dev exited early"
+            time.sleep(0.2)
+        children = subprocess.run(
+            ["pgrep", "-f", "deploy.devstack.*--engine-mode synthetic"], capture_output=True, text=True
+        )
+        descendants = [int(p) for p in children.stdout.split()]
+        assert descendants, "the Triton stack should be running"
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in descendants):
+            time.sleep(0.2)
+        assert not any(Path(f"/proc/{p}").exists() for p in descendants)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
