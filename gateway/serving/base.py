@@ -20,6 +20,8 @@ from gateway.errors import (
     to_gateway_error,
 )
 from gateway.metrics import GatewayMetrics, RequestTimer
+from gateway.serving import logprobs as lp
+from gateway.serving import params as p
 from gateway.serving.chunks import error_event
 from gateway.serving.generate import (
     ChoiceEvent,
@@ -83,6 +85,27 @@ class GenerationService:
         self._metrics = metrics
 
 
+def token_options(
+    runtime: ModelRuntime,
+    *,
+    logprobs: bool,
+    top_logprobs: int | None,
+    top_param: str,
+    logit_bias: dict[str, float] | None,
+) -> tuple[int | None, tuple[tuple[int, float], ...]]:
+    """The per-token options both endpoints offer, checked against what the engine can do:
+    (alternatives per token or None, logit bias pairs)."""
+    info = runtime.engine.info
+    alternatives = lp.requested(
+        enabled=logprobs,
+        top=top_logprobs,
+        top_param=top_param,
+        supported=info.logprobs,
+        top_supported=info.top_logprobs,
+    )
+    return alternatives, p.logit_bias(logit_bias, runtime.vocab_size, supported=info.logit_bias)
+
+
 def stream_failure(exc: Exception) -> str:
     """The one error event a failed stream ends with (before [DONE]), logged by severity."""
     error = to_gateway_error(exc)
@@ -124,7 +147,7 @@ def build_generation(
         guide=guide,
         logprobs=logprobs,
         logit_bias=logit_bias,
-        vocab_size=info.model_vocab_size or runtime.tokenizer.vocab_size,
+        vocab_size=runtime.vocab_size,
     )
     choices = make_choices(
         runtime.tokenizer,

@@ -27,6 +27,7 @@ from gateway.serving.base import (
     events,
     new_id,
     stream_failure,
+    token_options,
 )
 from gateway.serving.chunks import DONE, ChatChunkWriter
 from gateway.serving.structured import plan_output
@@ -68,16 +69,13 @@ class ChatService(GenerationService):
         max_tokens = p.resolve_max_tokens(
             requested, len(ids), runtime.max_model_len, param=param, limits=self._limits
         )
-        info = runtime.engine.info
-        logprobs = lp.requested(
-            enabled=bool(body.logprobs),
-            top=body.top_logprobs,
+        logprobs, bias = token_options(
+            runtime,
+            logprobs=bool(body.logprobs),
+            top_logprobs=body.top_logprobs,
             top_param="top_logprobs",
-            supported=info.logprobs,
-            top_supported=info.top_logprobs,
+            logit_bias=body.logit_bias,
         )
-        vocab = runtime.tokenizer.info.model_vocab_size or runtime.tokenizer.vocab_size
-        bias = p.logit_bias(body.logit_bias, vocab, supported=info.logit_bias)
         response_id = new_id("chatcmpl")
         generation = build_generation(
             runtime,

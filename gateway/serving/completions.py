@@ -17,6 +17,7 @@ from gateway.serving.base import (
     events,
     new_id,
     stream_failure,
+    token_options,
 )
 from gateway.serving.chunks import DONE, CompletionChunkWriter
 from gateway.serving.registry import ModelRuntime
@@ -35,16 +36,13 @@ class CompletionService(GenerationService):
         stops = p.stop_strings(body.stop, self._limits)
         with tracing.span("tokenize", model=runtime.name):
             prompts = _prompts(runtime, body)
-        info = runtime.engine.info
-        logprobs = lp.requested(
-            enabled=body.logprobs is not None,
-            top=body.logprobs,
+        logprobs, bias = token_options(
+            runtime,
+            logprobs=body.logprobs is not None,
+            top_logprobs=body.logprobs,
             top_param="logprobs",
-            supported=info.logprobs,
-            top_supported=info.top_logprobs,
+            logit_bias=body.logit_bias,
         )
-        vocab = runtime.tokenizer.info.model_vocab_size or runtime.tokenizer.vocab_size
-        bias = p.logit_bias(body.logit_bias, vocab, supported=info.logit_bias)
         response_id = new_id("cmpl")
         generations = []
         echoes = []

@@ -24,6 +24,11 @@ class ModelRuntime:
         return self.config.name
 
     @property
+    def vocab_size(self) -> int:
+        """The model's logits width (config.json may pad it past the tokenizer's)."""
+        return self.tokenizer.info.model_vocab_size or self.tokenizer.vocab_size
+
+    @property
     def max_model_len(self) -> int | None:
         if self.config.max_model_len is not None:
             return self.config.max_model_len
