@@ -424,8 +424,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work_dir, ignore_errors=True)
         return 2
     stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        # A handler runs on the main thread, which may be inside stop.wait() holding the event's
+        # lock: setting the event right here can deadlock, so another thread sets it.
+        threading.Thread(target=stop.set, daemon=True).start()
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, on_signal)
     server = TritonServer(
         [repo.path],
         grpc_port=args.grpc_port,

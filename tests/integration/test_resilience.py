@@ -287,6 +287,9 @@ def test_gateway_dev_leaves_no_process_behind(signum: int) -> None:
         )
         descendants = [int(p) for p in children.stdout.split()]
         assert descendants, "the Triton stack should be running"
+        for pid in list(descendants):  # and the tritonserver under each
+            grand = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+            descendants += [int(p) for p in grand.stdout.split()]
         proc.send_signal(signum)
         proc.wait(timeout=60)
         deadline = time.monotonic() + 60
