@@ -8,6 +8,11 @@
 set -euo pipefail
 
 PROG=build_engine
+# Pure bash (no dirname): the scripts also run with a minimal PATH.
+HERE=${BASH_SOURCE[0]%/*}
+[[ $HERE == "${BASH_SOURCE[0]}" ]] && HERE=.
+# shellcheck source=deploy/common.sh
+source "$HERE/common.sh"
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(dirname "$SCRIPT_DIR")
 
@@ -66,11 +71,6 @@ Other
 EOF
 }
 
-die() {
-  echo "$PROG: error: $*" >&2
-  exit 1
-}
-note() { echo "$PROG: $*" >&2; }
 
 # --- options: environment first, flags override -------------------------------------------------
 HF_MODEL_DIR=${HF_MODEL_DIR:-}
@@ -108,8 +108,6 @@ DRY_RUN=0
 CONVERT_ARGS=()
 BUILD_ARGS=()
 RENDER_SETS=()
-
-need_value() { [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -150,19 +148,6 @@ while [[ $# -gt 0 ]]; do
 done
 
 # --- helpers -----------------------------------------------------------------------------------------
-# Quote for display the way a reader can paste it back into a shell: plain words stay bare.
-shell_quote() {
-  local out="" arg
-  for arg in "$@"; do
-    if [[ $arg =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then
-      out+="$arg "
-    else
-      out+="'${arg//\'/\'\\\'\'}' "
-    fi
-  done
-  echo "${out% }"
-}
-
 # Print a command the way a shell would re-read it, then run it unless this is a dry run.
 run() {
   echo "+ $(shell_quote "$@")"
@@ -172,7 +157,6 @@ run() {
 }
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
-require_uint() { is_uint "$2" && [[ $2 -ge 1 ]] || die "$1 must be a positive integer, got '$2'"; }
 
 sha256_of_text() { sha256sum | cut -c1-64; }
 

@@ -11,6 +11,11 @@
 set -euo pipefail
 
 PROG=launch_triton
+# Pure bash (no dirname): the scripts also run with a minimal PATH.
+HERE=${BASH_SOURCE[0]%/*}
+[[ $HERE == "${BASH_SOURCE[0]}" ]] && HERE=.
+# shellcheck source=deploy/common.sh
+source "$HERE/common.sh"
 
 usage() {
   cat <<EOF
@@ -37,11 +42,6 @@ Arguments after -- go to every tritonserver rank.
 EOF
 }
 
-die() {
-  echo "$PROG: error: $*" >&2
-  exit 1
-}
-note() { echo "$PROG: $*" >&2; }
 
 MODEL_REPO_DIR=${MODEL_REPO_DIR:-}
 WORLD_SIZE=${WORLD_SIZE:-auto}
@@ -58,8 +58,6 @@ WAIT_READY=1
 DRY_RUN=0
 MPI_ARGS=()
 EXTRA_ARGS=()
-
-need_value() { [[ $# -ge 2 && -n $2 ]] || die "$1 needs a value"; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -82,20 +80,6 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-# Quote for display the way a reader can paste it back into a shell: plain words stay bare.
-shell_quote() {
-  local out="" arg
-  for arg in "$@"; do
-    if [[ $arg =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then
-      out+="$arg "
-    else
-      out+="'${arg//\'/\'\\\'\'}' "
-    fi
-  done
-  echo "${out% }"
-}
-
-require_uint() { [[ $2 =~ ^[0-9]+$ && $2 -ge 1 ]] || die "$1 must be a positive integer, got '$2'"; }
 
 [[ -n $MODEL_REPO_DIR ]] || { usage >&2; die "--model-repo is required"; }
 for pair in "--http-port:$TRITON_HTTP_PORT" "--grpc-port:$TRITON_GRPC_PORT" "--metrics-port:$TRITON_METRICS_PORT" \
