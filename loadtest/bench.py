@@ -736,8 +736,6 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # httpx logs every request at INFO: thousands of lines, and CPU on the measured path.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     cfg = config_from_args(build_parser().parse_args(argv))

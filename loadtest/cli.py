@@ -214,8 +214,6 @@ async def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # httpx logs every request at INFO: thousands of lines, and CPU on the measured path.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.requests < 1 or args.max_tokens < 1 or args.prompt_tokens < 1:

@@ -1,16 +1,16 @@
-"""OpenAI-API target: /v1/completions or /v1/chat/completions over httpx, streaming or not."""
+"""OpenAI-API target: /v1/completions or /v1/chat/completions over aiohttp, streaming or not."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-import httpx
+import aiohttp
 
 from loadtest.fastjson import dumps as _dumps
 from loadtest.metrics import RequestRecord
 from loadtest.sse import DONE, SSEParser, loads
-from loadtest.target import detail, error_kind
+from loadtest.target import detail, error_kind, http_session
 from loadtest.workload import Prompt, Workload
 
 
@@ -45,34 +45,19 @@ class OpenAITarget:
             self._headers["authorization"] = f"Bearer {api_key}"
         path = "/chat/completions" if workload.endpoint == "chat" else "/completions"
         self._url = self._base_url + path
-        self._client: httpx.AsyncClient | None = None
-        self._transport: httpx.AsyncBaseTransport | None = None
+        self._session: aiohttp.ClientSession | None = None
 
     @property
     def base_url(self) -> str:
         return self._base_url
 
-    @classmethod
-    def with_transport(
-        cls, transport: httpx.AsyncBaseTransport, base_url: str, model: str, workload: Workload, **kw: Any
-    ) -> OpenAITarget:
-        """For tests: talk to an in-process ASGI app instead of a socket."""
-        target = cls(base_url, model, workload, **kw)
-        target._transport = transport
-        return target
-
     async def open(self, max_concurrency: int) -> None:
-        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self._timeout, connect=30.0),
-            limits=limits,
-            transport=self._transport,
-        )
+        self._session = http_session(max_concurrency, self._timeout)
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         w = self._workload
@@ -93,8 +78,8 @@ class OpenAITarget:
         return body
 
     async def send(self, prompt: Prompt) -> RequestRecord:
-        client = self._client
-        if client is None:
+        session = self._session
+        if session is None:
             raise RuntimeError("OpenAITarget.send before open()")
         content = _dumps(self.body(prompt))
         stream = self._workload.stream
@@ -107,15 +92,15 @@ class OpenAITarget:
         error_msg: str | None = None
         start = time.perf_counter()
         try:
-            async with client.stream("POST", self._url, content=content, headers=self._headers) as resp:
-                if resp.status_code != 200:
-                    body = await resp.aread()
-                    error, error_msg = f"http_{resp.status_code}", detail(body.decode("utf-8", "replace"))
+            async with session.post(self._url, data=content, headers=self._headers) as resp:
+                if resp.status != 200:
+                    body = await resp.read()
+                    error, error_msg = f"http_{resp.status}", detail(body.decode("utf-8", "replace"))
                 elif stream:
                     parser = SSEParser()
                     done = False
                     perf = time.perf_counter
-                    async for raw in resp.aiter_raw():
+                    async for raw in resp.content.iter_any():
                         now = perf()
                         for event in parser.feed(raw):
                             data = event.data
@@ -139,7 +124,7 @@ class OpenAITarget:
                     if not done and error is None:
                         error, error_msg = "incomplete_stream", "the stream ended without data: [DONE]"
                 else:
-                    obj = loads(await resp.aread())
+                    obj = loads(await resp.read())
                     times.append(time.perf_counter())
                     if "error" in obj:
                         error, error_msg = "response_error", detail(obj["error"])

@@ -8,9 +8,12 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
+from http.client import HTTPException
 from pathlib import Path
 
-import httpx
+# The servers polled are the ones this process started, on this host: never through a proxy.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class NotReady(RuntimeError):
@@ -43,8 +46,12 @@ def wait_http_ready(
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise NotReady(f"exited with {proc.returncode}: {log_tail(log_path)}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2.0, headers=headers).status_code == 200:
+        # A non-200 answer (HTTPError), a refused or dropped connection, a timeout: not ready yet.
+        with (
+            contextlib.suppress(OSError, HTTPException),
+            _NO_PROXY.open(urllib.request.Request(url, headers=headers or {}), timeout=2.0) as resp,
+        ):
+            if resp.status == 200:
                 return
         time.sleep(0.2)
     raise NotReady(f"not ready after {timeout:.0f}s: {log_tail(log_path)}")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
+
+import aiohttp
 
 from loadtest.metrics import RequestRecord
 from loadtest.workload import Prompt
@@ -28,28 +31,48 @@ class Target(Protocol):
 
 def error_kind(exc: BaseException) -> str:
     """A short, bounded label for an exception (the error-count key)."""
-    code = getattr(exc, "code", None)
-    if callable(code):  # grpc.aio.AioRpcError
-        try:
-            status = code()
-            return f"grpc_{getattr(status, 'name', status)}".lower()
-        except Exception:  # a broken status object must not hide the original failure
-            pass
+    # aiohttp's ServerTimeoutError (ConnectionTimeoutError, SocketTimeoutError) is a TimeoutError too.
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return "timeout"
+    # Refused, unreachable, DNS or TLS failure: the request never reached the server.
+    if isinstance(exc, (aiohttp.ClientConnectorError, ConnectionRefusedError)):
+        return "connect_error"
+    # The peer went away mid-request: reset, disconnected before the response, body cut short.
+    if isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError)):
+        return "connection_closed"
+    # A response aiohttp could not parse (a malformed status line or headers): the protocol broke.
+    if type(exc) is aiohttp.ClientResponseError:
+        return "connection_closed"
+    # Not for aiohttp's errors: ClientResponseError's `code` is a deprecated alias of its status.
+    if not isinstance(exc, aiohttp.ClientError):
+        code = getattr(exc, "code", None)
+        if callable(code):  # grpc.aio.AioRpcError
+            try:
+                status = code()
+                return f"grpc_{getattr(status, 'name', status)}".lower()
+            except Exception:  # a broken status object must not hide the original failure
+                pass
     name = type(exc).__name__
-    return {
-        "ConnectError": "connect_error",
-        "ConnectTimeout": "timeout",
-        "ReadTimeout": "timeout",
-        "WriteTimeout": "timeout",
-        "PoolTimeout": "timeout",
-        "TimeoutError": "timeout",
-        "RemoteProtocolError": "connection_closed",
-        "ReadError": "connection_closed",
-        "WriteError": "connection_closed",
-        "JSONDecodeError": "bad_json",
-    }.get(name, name)
+    return "bad_json" if name == "JSONDecodeError" else name
 
 
 def detail(text: object) -> str:
     s = str(text)
     return s if len(s) <= _DETAIL_LIMIT else s[:_DETAIL_LIMIT] + "..."
+
+
+def http_session(max_concurrency: int, timeout: float) -> aiohttp.ClientSession:
+    """The HTTP targets' client: one keep-alive connection per concurrent request, bodies left raw.
+
+    `timeout` bounds each wait on the server (a read, or getting a connection from the pool), not a
+    whole stream, so a long generation that keeps producing tokens is never cut off; connecting has 30 s.
+    Call from inside the running event loop; the caller closes the session.
+    """
+    connector = aiohttp.TCPConnector(limit=max_concurrency, limit_per_host=max_concurrency)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_connect=30.0, sock_read=timeout),
+        # Raw reads are timed and parsed as they arrive: ask for, and expect, uncompressed bodies.
+        headers={"accept-encoding": "identity"},
+        auto_decompress=False,
+    )

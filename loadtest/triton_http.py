@@ -9,12 +9,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
+import aiohttp
 
 from loadtest.fastjson import dumps as _dumps
 from loadtest.metrics import RequestRecord
 from loadtest.sse import SSEParser, loads
-from loadtest.target import detail, error_kind
+from loadtest.target import detail, error_kind, http_session
 from loadtest.workload import Prompt, Workload
 
 
@@ -37,24 +37,27 @@ class TritonHttpTarget:
         self._timeout = timeout
         self._url = f"{self._base_url}/v2/models/{model}/generate_stream"
         self._headers = {"content-type": "application/json", "accept-encoding": "identity"}
-        self._client: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None
         self._inputs: set[str] = set()
         self._count_tokens = False
 
     async def open(self, max_concurrency: int) -> None:
-        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout, connect=30.0), limits=limits)
-        resp = await self._client.get(f"{self._base_url}/v2/models/{self._model}")
-        resp.raise_for_status()
-        meta = resp.json()
+        self._session = http_session(max_concurrency, self._timeout)
+        try:
+            async with self._session.get(f"{self._base_url}/v2/models/{self._model}") as resp:
+                resp.raise_for_status()
+                meta = loads(await resp.read())
+        except BaseException:
+            await self.aclose()
+            raise
         self._inputs = {i["name"] for i in meta.get("inputs", [])}
         outputs = {o["name"] for o in meta.get("outputs", [])}
         self._count_tokens = "return_num_output_tokens" in self._inputs and "num_output_tokens" in outputs
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         w = self._workload
@@ -77,8 +80,8 @@ class TritonHttpTarget:
         return body
 
     async def send(self, prompt: Prompt) -> RequestRecord:
-        client = self._client
-        if client is None:
+        session = self._session
+        if session is None:
             raise RuntimeError("TritonHttpTarget.send before open()")
         content = _dumps(self.body(prompt))
         times: list[float] = []
@@ -89,13 +92,13 @@ class TritonHttpTarget:
         perf = time.perf_counter
         start = perf()
         try:
-            async with client.stream("POST", self._url, content=content, headers=self._headers) as resp:
-                if resp.status_code != 200:
-                    body = await resp.aread()
-                    error, error_msg = f"http_{resp.status_code}", detail(body.decode("utf-8", "replace"))
+            async with session.post(self._url, data=content, headers=self._headers) as resp:
+                if resp.status != 200:
+                    body = await resp.read()
+                    error, error_msg = f"http_{resp.status}", detail(body.decode("utf-8", "replace"))
                 else:
                     parser = SSEParser()
-                    async for raw in resp.aiter_raw():
+                    async for raw in resp.content.iter_any():
                         now = perf()
                         for event in parser.feed(raw):
                             obj: Any = loads(event.data)

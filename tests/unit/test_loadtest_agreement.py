@@ -1,8 +1,8 @@
 """The load generator against a fake OpenAI / Triton SSE server with known token timings.
 
-A real socket (uvicorn on a free port), because httpx's ASGITransport buffers whole responses and
-would hide the timings being measured. The official `openai` SDK is the independent client the
-load generator's numbers must agree with.
+A real socket (uvicorn on a free port): the targets' aiohttp client speaks only to sockets, and an
+in-process transport that buffers whole responses would hide the timings being measured. The official
+`openai` SDK is the independent client the load generator's numbers must agree with.
 """
 
 import asyncio

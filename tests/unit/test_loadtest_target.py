@@ -1,0 +1,140 @@
+"""The HTTP targets' aiohttp failures land in the shared error kinds (`loadtest.target.error_kind`).
+
+Both the exception classes on their own and the exceptions aiohttp really raises against a misbehaving
+server on a local socket: refusing, hanging up, cutting a stream short, never answering.
+"""
+
+import asyncio
+import json
+import socket
+import warnings
+
+import aiohttp
+import pytest
+
+from loadtest.openai_client import OpenAITarget
+from loadtest.target import error_kind, http_session
+from loadtest.workload import Prompt, Workload
+
+
+class _RpcError(Exception):
+    def code(self):
+        class _Status:
+            name = "UNAVAILABLE"
+
+        return _Status()
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (asyncio.TimeoutError(), "timeout"),
+        (TimeoutError(), "timeout"),
+        (aiohttp.ServerTimeoutError("read"), "timeout"),
+        (aiohttp.ConnectionTimeoutError("connect"), "timeout"),
+        (aiohttp.SocketTimeoutError("sock read"), "timeout"),
+        (ConnectionRefusedError(111, "Connection refused"), "connect_error"),
+        (aiohttp.ServerDisconnectedError(), "connection_closed"),
+        (aiohttp.ClientPayloadError("Response payload is not completed"), "connection_closed"),
+        (aiohttp.ClientConnectionResetError("Cannot write to closing transport"), "connection_closed"),
+        (aiohttp.ClientOSError(104, "Connection reset by peer"), "connection_closed"),
+        (aiohttp.ClientConnectionError("Connection closed"), "connection_closed"),
+        (ConnectionResetError(104, "Connection reset by peer"), "connection_closed"),
+        (aiohttp.ClientResponseError(None, (), status=400, message="bad status line"), "connection_closed"),
+        (_RpcError(), "grpc_unavailable"),
+        (json.JSONDecodeError("Expecting value", "x", 0), "bad_json"),
+        (ValueError("other"), "ValueError"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else v,
+)
+def test_error_kind_classifies_aiohttp_exceptions(exc, kind):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no deprecated aiohttp attribute is read on the way
+        assert error_kind(exc) == kind
+
+
+async def test_session_pool_and_timeouts():
+    session = http_session(7, 12.0)
+    try:
+        connector = session.connector
+        assert connector is not None
+        assert (connector.limit, connector.limit_per_host) == (7, 7)
+        assert not connector.force_close  # keep-alive
+        assert session.auto_decompress is False
+        assert session.headers["accept-encoding"] == "identity"
+        # Per wait (a read, a pooled connection), like the former client's read/pool timeouts.
+        assert session.timeout == aiohttp.ClientTimeout(
+            total=None, connect=12.0, sock_connect=30.0, sock_read=12.0
+        )
+    finally:
+        await session.close()
+
+
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    head = await reader.readuntil(b"\r\n\r\n")
+    fields = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:] if line)
+    await reader.readexactly(int(fields.get(b"content-length", b"0")))
+
+
+async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)
+    writer.close()
+
+
+async def _cut_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)
+    event = b'data: {"choices": [{"index": 0, "text": " t0"}]}\n\n'
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        + f"{len(event):x}\r\n".encode()
+        + event
+        + b"\r\n"
+    )
+    await writer.drain()
+    writer.close()
+
+
+async def _never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)
+    await reader.read()  # silent until the client gives up and closes
+    writer.close()
+
+
+async def _send_one(url: str, timeout: float = 5.0):
+    target = OpenAITarget(url, "m", Workload(max_tokens=4), timeout=timeout)
+    await target.open(1)
+    try:
+        return await target.send(Prompt("hi"))
+    finally:
+        await target.aclose()
+
+
+@pytest.mark.parametrize(
+    ("handler", "raised", "kind"),
+    [
+        (_hang_up, "ServerDisconnectedError", "connection_closed"),
+        (_cut_stream, "ClientPayloadError", "connection_closed"),
+        (_never_answer, "SocketTimeoutError", "timeout"),
+    ],
+    ids=["server-disconnected", "stream-cut-short", "no-answer"],
+)
+async def test_real_aiohttp_failures_are_counted_by_kind(handler, raised, kind):
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        record = await _send_one(f"http://127.0.0.1:{port}/v1", timeout=0.3)
+    finally:
+        server.close()
+    assert record.error == kind, record.error_detail
+    assert (record.error_detail or "").startswith(raised)
+    if handler is _cut_stream:
+        assert len(record.chunk_times) == 1  # the token before the cut still counts
+
+
+async def test_refused_connection_is_connect_error():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    record = await _send_one(f"http://127.0.0.1:{port}/v1")
+    assert record.error == "connect_error", record.error_detail
+    assert "ClientConnectorError" in (record.error_detail or "")
