@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -117,6 +118,7 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes))
+        _freeze_startup_heap()
         try:
             yield
         finally:
@@ -168,3 +170,12 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         tracing=settings.tracing and tracing.enabled(),
     )
     return app
+
+
+def _freeze_startup_heap() -> None:
+    """Move everything start-up built (imports, tokenizers, the app) out of the garbage collector's
+    sight. It lives as long as the process, yet every full collection would scan it again, and a
+    stream allocates enough per token to trigger one every few seconds: with transformers' imports
+    (torch too, where it is installed) that scan was about a quarter of the gateway's CPU."""
+    gc.collect()
+    gc.freeze()
