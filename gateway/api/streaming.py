@@ -46,17 +46,13 @@ class _EventStream(EventSourceResponse):
             await super()._send_with_timeout(send, message)
 
 
-def event_stream(request: Request, chunks: AsyncIterator[str]) -> EventSourceResponse:
-    """sse-starlette frames each `data:` event; when the client goes away it cancels the task that
-    iterates `chunks`, which closes the engine stream and so cancels the Triton request."""
-
-    async def events() -> AsyncIterator[dict[str, str]]:
-        async for data in chunks:
-            yield {"data": data}
-
+def event_stream(request: Request, events: AsyncIterator[bytes]) -> EventSourceResponse:
+    """Streams finished SSE events (`data: ...` frames, see serving.chunks); sse-starlette adds
+    the keep-alive pings, and when the client goes away it cancels the task that iterates
+    `events`, which closes the engine stream and so cancels the Triton request."""
     settings = request.app.state.settings
     return _EventStream(
-        events(),
+        events,
         sep="\n",
         ping=settings.sse_ping_s,
         # On SIGTERM open streams may finish for this long before they are cancelled

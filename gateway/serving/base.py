@@ -106,7 +106,7 @@ def token_options(
     return alternatives, p.logit_bias(logit_bias, runtime.vocab_size, supported=info.logit_bias)
 
 
-def stream_failure(exc: Exception) -> str:
+def stream_failure(exc: Exception) -> bytes:
     """The one error event a failed stream ends with (before [DONE]), logged by severity."""
     error = to_gateway_error(exc)
     logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)

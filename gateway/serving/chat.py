@@ -136,7 +136,7 @@ class ChatService(GenerationService):
             ),
         )
 
-    async def stream(self, prepared: PreparedRequest) -> AsyncIterator[str]:
+    async def stream(self, prepared: PreparedRequest) -> AsyncIterator[bytes]:
         writer = ChatChunkWriter(
             prepared.response_id,
             prepared.created,
@@ -177,7 +177,7 @@ class ChatService(GenerationService):
         yield DONE
 
 
-def _tool_chunks(writer: ChatChunkWriter, index: int, tool_events: list[ToolCallEvent]) -> list[str]:
+def _tool_chunks(writer: ChatChunkWriter, index: int, tool_events: list[ToolCallEvent]) -> list[bytes]:
     out = []
     for item in tool_events:
         if isinstance(item, ContentDelta):

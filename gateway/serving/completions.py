@@ -104,7 +104,7 @@ class CompletionService(GenerationService):
             usage=_usage(prepared),
         )
 
-    async def stream(self, prepared: PreparedRequest, echoes: list[str]) -> AsyncIterator[str]:
+    async def stream(self, prepared: PreparedRequest, echoes: list[str]) -> AsyncIterator[bytes]:
         writer = CompletionChunkWriter(prepared.response_id, prepared.created, prepared.runtime.name)
         try:
             n = len(prepared.generations[0].choices)
