@@ -1,6 +1,8 @@
 """The model's tokenizer as the gateway uses it: encoding, chat templates, end ids, context length.
 
-Only `transformers`' tokenizer classes are touched here, never its models, so torch is not imported.
+Only `transformers`' tokenizer classes are used here, never its models: the gateway needs no torch
+(its image has none). Where torch is installed anyway (the dev venv, for the CPU engine),
+transformers' AutoTokenizer imports it; the app freezes that start-up heap out of the GC's way.
 """
 
 from __future__ import annotations
