@@ -122,6 +122,8 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         try:
             yield
         finally:
+            # Back under the collector, so that shutdown (and a test's next app) can free it.
+            gc.unfreeze()
             introspection.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await introspection
