@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
@@ -24,8 +26,23 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
+@dataclass(frozen=True, slots=True)
+class ModelSeries:
+    """One served model's labelled series, resolved once: `labels()` takes a lock and a dict
+    lookup on every call, which every request would otherwise pay six times."""
+
+    ttft: Any
+    itl: Any
+    tpot: Any
+    e2e: Any
+    prompt_tokens: Any
+    generation_tokens: Any
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
+        # Keyed by served model name (only configured models reach a timer, so this stays small).
+        self._models: dict[str, ModelSeries] = {}
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -97,6 +114,20 @@ class GatewayMetrics:
             multiprocess_mode="liveall",
         )
 
+    def model(self, name: str) -> ModelSeries:
+        series = self._models.get(name)
+        if series is None:
+            series = ModelSeries(
+                ttft=self.ttft.labels(name),
+                itl=self.itl.labels(name),
+                tpot=self.tpot.labels(name),
+                e2e=self.e2e.labels(name),
+                prompt_tokens=self.prompt_tokens.labels(name),
+                generation_tokens=self.generation_tokens.labels(name),
+            )
+            self._models[name] = series
+        return series
+
     def exposition(self) -> bytes:
         if multiprocess_dir():
             registry = CollectorRegistry()
@@ -108,25 +139,23 @@ class GatewayMetrics:
 class RequestTimer:
     """Times one generation request: TTFT at the first text, gaps between texts, TPOT, end to end."""
 
-    __slots__ = ("_first", "_itl", "_last", "_metrics", "_model", "_start")
+    __slots__ = ("_first", "_last", "_model", "_series", "_start")
 
     def __init__(self, metrics: GatewayMetrics | None, model: str) -> None:
-        self._metrics = metrics
         self._model = model
+        self._series = metrics.model(model) if metrics is not None else None
         self._start = time.perf_counter()
         self._first: float | None = None
         self._last = 0.0
-        # Resolved once: a labelled child costs a dict lookup per token otherwise.
-        self._itl = metrics.itl.labels(model) if metrics is not None else None
 
     def text(self) -> None:
         now = time.perf_counter()
         if self._first is None:
             self._first = now
-            if self._metrics is not None:
-                self._metrics.ttft.labels(self._model).observe(now - self._start)
-        elif self._itl is not None:
-            self._itl.observe(now - self._last)
+            if self._series is not None:
+                self._series.ttft.observe(now - self._start)
+        elif self._series is not None:
+            self._series.itl.observe(now - self._last)
         self._last = now
 
     def done(self, prompt_tokens: int, completion_tokens: int) -> None:
@@ -136,12 +165,12 @@ class RequestTimer:
             record.prompt_tokens = prompt_tokens
             record.completion_tokens = completion_tokens
             record.ttft_s = None if self._first is None else self._first - self._start
-        m = self._metrics
-        if m is None:
+        series = self._series
+        if series is None:
             return
         end = time.perf_counter()
-        m.prompt_tokens.labels(self._model).inc(prompt_tokens)
-        m.generation_tokens.labels(self._model).inc(completion_tokens)
-        m.e2e.labels(self._model).observe(end - self._start)
+        series.prompt_tokens.inc(prompt_tokens)
+        series.generation_tokens.inc(completion_tokens)
+        series.e2e.observe(end - self._start)
         if self._first is not None and completion_tokens > 1:
-            m.tpot.labels(self._model).observe((end - self._first) / (completion_tokens - 1))
+            series.tpot.observe((end - self._first) / (completion_tokens - 1))
