@@ -135,14 +135,13 @@ class TritonEngine:
 
     # ------------------------------------------------------------------ generation
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         contract = self.contract
         n = request.num_sequences
         seed = request.params.seed
         if n == 1 or contract.native_num_sequences:
-            async for delta in self._stream(contract, request, seed=seed, num_sequences=n, index=0):
-                yield delta
-            return
+            # The stream itself, not a generator around it: one layer less on every token.
+            return self._stream(contract, request, seed=seed, num_sequences=n, index=0)
         # No num_return_sequences: n independent requests, each with its own seed so that
         # sampled choices differ (and stay reproducible for a given request seed).
         streams = [
@@ -155,8 +154,7 @@ class TritonEngine:
             )
             for i in range(n)
         ]
-        async for delta in merge(streams):
-            yield delta
+        return merge(streams)
 
     async def _stream(
         self,
