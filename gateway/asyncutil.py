@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-from typing import TypeVar, cast
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -74,3 +74,44 @@ async def _until_deadline(stream: AsyncIterator[T], deadline: float) -> AsyncIte
         except StopAsyncIteration:
             return
         yield item
+
+
+def started(stream: AsyncGenerator[T, None]) -> Started[T]:
+    """Start producing `stream`'s first item now, in a task, instead of when the consumer first
+    asks for it: a streamed response then sends its Triton request while the HTTP response (its
+    headers, sse-starlette's task group) is still being set up, which is time to first token.
+
+    Cancelling the task that waits for an item cancels the producer (and so the engine request).
+    `aclose()` stops it too, even if nobody ever iterated: the owner must call it when done.
+    """
+
+    async def first_item() -> T:
+        return await anext(stream)
+
+    return Started(stream, asyncio.ensure_future(first_item()))
+
+
+class Started(Generic[T]):
+    __slots__ = ("_first", "_stream")
+
+    def __init__(self, stream: AsyncGenerator[T, None], first: asyncio.Future[T]) -> None:
+        self._stream = stream
+        self._first: asyncio.Future[T] | None = first
+
+    def __aiter__(self) -> Started[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        first = self._first
+        if first is not None:
+            self._first = None
+            return await first  # cancelling this wait cancels `first` too
+        return await anext(self._stream)
+
+    async def aclose(self) -> None:
+        first, self._first = self._first, None
+        if first is not None and not first.done():
+            first.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await first
+        await self._stream.aclose()

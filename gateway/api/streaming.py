@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import TypeVar
 
 from fastapi import Request
 from sse_starlette import EventSourceResponse
-from starlette.types import Message, Send
+from starlette.types import Message, Receive, Scope, Send
 
+from gateway.asyncutil import Started, started
 from gateway.errors import InvalidRequestError
 
 T = TypeVar("T")
@@ -45,14 +46,25 @@ class _EventStream(EventSourceResponse):
         else:
             await super()._send_with_timeout(send, message)
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # The events were started before the response ran (see event_stream): a response
+            # that ends before it iterates them (client gone at once) must still stop them.
+            events = self.body_iterator
+            if isinstance(events, Started):
+                await events.aclose()
 
-def event_stream(request: Request, events: AsyncIterator[bytes]) -> EventSourceResponse:
+
+def event_stream(request: Request, events: AsyncGenerator[bytes, None]) -> EventSourceResponse:
     """Streams finished SSE events (`data: ...` frames, see serving.chunks); sse-starlette adds
     the keep-alive pings, and when the client goes away it cancels the task that iterates
-    `events`, which closes the engine stream and so cancels the Triton request."""
+    `events`, which closes the engine stream and so cancels the Triton request. The first event
+    is started at once, so the engine request overlaps the response's own set-up."""
     settings = request.app.state.settings
     return _EventStream(
-        events,
+        started(events),
         sep="\n",
         ping=settings.sse_ping_s,
         # On SIGTERM open streams may finish for this long before they are cancelled

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from gateway import tracing
@@ -136,7 +136,7 @@ class ChatService(GenerationService):
             ),
         )
 
-    async def stream(self, prepared: PreparedRequest) -> AsyncIterator[bytes]:
+    async def stream(self, prepared: PreparedRequest) -> AsyncGenerator[bytes, None]:
         writer = ChatChunkWriter(
             prepared.response_id,
             prepared.created,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 from gateway import tracing
@@ -104,7 +104,7 @@ class CompletionService(GenerationService):
             usage=_usage(prepared),
         )
 
-    async def stream(self, prepared: PreparedRequest, echoes: list[str]) -> AsyncIterator[bytes]:
+    async def stream(self, prepared: PreparedRequest, echoes: list[str]) -> AsyncGenerator[bytes, None]:
         writer = CompletionChunkWriter(prepared.response_id, prepared.created, prepared.runtime.name)
         try:
             n = len(prepared.generations[0].choices)
