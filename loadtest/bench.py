@@ -9,6 +9,10 @@ each concurrency through every target:
   (d) the LiteLLM proxy with its Triton provider.
 For each: output tokens/s, TTFT p50/p99, errors, and the CPU the client-side process burned per
 streamed token (/proc), with ratios against (a). Writes results/<timestamp>/ and prints the table.
+
+The whole sweep runs `--repeat N` times (default 3) in interleaved rounds: round r runs every
+selected target in turn, so a slow drift of the shared machine hits every target alike. Each table
+cell is the median over the rounds; the per-round figures are kept in bench_rounds.csv/bench.json.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import logging
 import math
 import os
 import platform
+import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +39,7 @@ from loadtest.metrics import RequestRecord, RunSummary
 from loadtest.openai_client import OpenAITarget
 from loadtest.report import plot_sweep, request_rows, summary_dict, write_csv, write_json
 from loadtest.runner import LoadSpec, run_load
+from loadtest.stats import Distribution
 from loadtest.subproc import NotReady, free_port, spawn_logged, stop_process, wait_http_ready
 from loadtest.target import Target
 from loadtest.workload import Prompt, Workload, synthetic_prompts
@@ -76,6 +83,8 @@ class BenchConfig:
     gateway_extra_args: tuple[str, ...] = ()
     soak_streams: int = 0  # 0: no soak scenario
     soak_max_tokens: int = 200
+    # Interleaved rounds of the whole sweep; the table reports the median of each cell over them.
+    repeats: int = 3
     out_dir: str = ""
     # An already running Triton instead of starting the CPU stack: (grpc host:port, http URL, tokenizer dir).
     external: tuple[str, str, str] | None = None
@@ -91,6 +100,7 @@ class BenchConfig:
             min_requests=8,
             level_duration_s=10.0,
             warmup=2,
+            repeats=1,
         )
 
 
@@ -104,6 +114,7 @@ class LevelResult:
     loadgen_cpu_s: float  # this process (the load generator), same window
     triton_cpu_s: float
     measured: str  # what client_cpu_s covers
+    round: int = 1  # 1-based round of the sweep
 
     @property
     def cpu_ms_per_token(self) -> float:
@@ -120,8 +131,9 @@ class LevelResult:
 class TargetOutcome:
     target: BenchTarget
     levels: tuple[LevelResult, ...] = ()
-    unavailable: str | None = None  # why the target could not run
+    unavailable: str | None = None  # why the target could not run (in this round)
     records: dict[int, tuple[RequestRecord, ...]] = field(default_factory=dict)
+    round: int = 1  # 1-based round of the sweep this outcome belongs to
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +339,7 @@ async def measure_level(
     concurrency: int,
     cfg: BenchConfig,
     stack: Stack,
+    round_no: int = 1,
 ) -> tuple[LevelResult, tuple[RequestRecord, ...]]:
     requests = max(cfg.min_requests, concurrency * cfg.requests_per_stream)
     spec = LoadSpec(
@@ -349,7 +362,7 @@ async def measure_level(
         running.client,
         prompts,
         spec,
-        label=f"{target.key} c={concurrency}",
+        label=f"{target.key} c={concurrency} r={round_no}",
         progress=False,
         on_window=on_window,
     )
@@ -363,10 +376,12 @@ async def measure_level(
         loadgen_cpu_s=(l1 - l0).total_s,
         triton_cpu_s=(t1 - t0).total_s if t0 is not None and t1 is not None else math.nan,
         measured=running.measured,
+        round=round_no,
     )
     s = level.summary
     log.info(
-        "%-16s c=%-4d %6.0f tok/s  TTFT p50 %7.1f ms p99 %7.1f ms  errors %d  CPU %.3f ms/tok",
+        "r%d %-16s c=%-4d %6.0f tok/s  TTFT p50 %7.1f ms p99 %7.1f ms  errors %d  CPU %.3f ms/tok",
+        round_no,
         target.key,
         concurrency,
         s.output_tokens_per_s,
@@ -385,20 +400,21 @@ async def run_target(
     workload: Workload,
     prompts: Sequence[Prompt],
     workdir: Path,
+    round_no: int = 1,
 ) -> TargetOutcome:
     levels: list[LevelResult] = []
     records: dict[int, tuple[RequestRecord, ...]] = {}
     try:
         async with start_target(target, stack, cfg, workload, workdir) as running:
             for c in cfg.concurrencies:
-                level, recs = await measure_level(running, target, prompts, c, cfg, stack)
+                level, recs = await measure_level(running, target, prompts, c, cfg, stack, round_no)
                 levels.append(level)
                 records[c] = recs
     except Exception as exc:  # the report says why a target did not run; the others still do
         reason = f"{type(exc).__name__}: {exc}"
-        log.error("%s unavailable: %s", target.key, reason)
-        return TargetOutcome(target, tuple(levels), unavailable=reason, records=records)
-    return TargetOutcome(target, tuple(levels), records=records)
+        log.error("%s unavailable in round %d: %s", target.key, round_no, reason)
+        return TargetOutcome(target, tuple(levels), unavailable=reason, records=records, round=round_no)
+    return TargetOutcome(target, tuple(levels), records=records, round=round_no)
 
 
 # ------------------------------------------------------------------------------------------ reporting
@@ -412,18 +428,159 @@ def _f(x: float, fmt: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
-def comparison_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
-    base = {lv.concurrency: lv for o in outcomes if o.target.key == BASELINE for lv in o.levels}
-    rows: list[dict[str, Any]] = []
-    for o in outcomes:
+def _finite(xs: Iterable[float]) -> list[float]:
+    return [x for x in xs if not math.isnan(x)]
+
+
+def _median(xs: Iterable[float]) -> float:
+    """statistics.median (the mean of the middle two for an even count) of the non-NaN values; NaN if none.
+
+    A round without a figure (no successful request: no TTFT; no Triton pid: no Triton CPU) does not
+    drag the median: the median is over the rounds that have the figure.
+    """
+    vals = _finite(xs)
+    return float(statistics.median(vals)) if vals else math.nan
+
+
+def _min(xs: Iterable[float]) -> float:
+    vals = _finite(xs)
+    return min(vals) if vals else math.nan
+
+
+def _max(xs: Iterable[float]) -> float:
+    vals = _finite(xs)
+    return max(vals) if vals else math.nan
+
+
+def rounds_of(outcomes: Sequence[TargetOutcome]) -> int:
+    """How many rounds the outcomes cover (every round has an outcome for every selected target)."""
+    return len({o.round for o in outcomes})
+
+
+def _median_distribution(dists: Sequence[Distribution]) -> Distribution:
+    return Distribution(
+        count=sum(d.count for d in dists),
+        mean=_median(d.mean for d in dists),
+        p50=_median(d.p50 for d in dists),
+        p90=_median(d.p90 for d in dists),
+        p99=_median(d.p99 for d in dists),
+        min=_min(d.min for d in dists),
+        max=_max(d.max for d in dists),
+    )
+
+
+def median_summary(summaries: Sequence[RunSummary]) -> RunSummary:
+    """One level's rounds as one summary: counts summed, every rate and percentile the median of that
+    figure over the rounds (so TTFT p99 is the median of the rounds' p99s, not the p99 of the pooled
+    requests)."""
+    first = summaries[0]
+    errors: Counter[str] = Counter()
+    for s in summaries:
+        errors.update(s.errors)
+    return RunSummary(
+        label=first.label,
+        mode=first.mode,
+        load=first.load,
+        duration_s=_median(s.duration_s for s in summaries),
+        requests=sum(s.requests for s in summaries),
+        successes=sum(s.successes for s in summaries),
+        errors=dict(errors),
+        output_tokens=sum(s.output_tokens for s in summaries),
+        prompt_tokens=sum(s.prompt_tokens for s in summaries),
+        output_tokens_per_s=_median(s.output_tokens_per_s for s in summaries),
+        requests_per_s=_median(s.requests_per_s for s in summaries),
+        ttft=_median_distribution([s.ttft for s in summaries]),
+        itl=_median_distribution([s.itl for s in summaries]),
+        tpot=_median_distribution([s.tpot for s in summaries]),
+        e2e=_median_distribution([s.e2e for s in summaries]),
+        tokens_per_request=_median_distribution([s.tokens_per_request for s in summaries]),
+    )
+
+
+def _loadgen_ms_per_token(lv: LevelResult) -> float:
+    tokens = lv.summary.output_tokens
+    return lv.loadgen_cpu_s * 1000 / tokens if tokens else math.nan
+
+
+def _grouped(outcomes: Sequence[TargetOutcome]) -> dict[tuple[str, int], list[LevelResult]]:
+    """Each (target, concurrency)'s levels over the rounds, in table order: targets as first seen,
+    and within a target its concurrencies in the order they ran."""
+    order = {key: i for i, key in enumerate(dict.fromkeys(o.target.key for o in outcomes))}
+    groups: dict[tuple[str, int], list[LevelResult]] = {}
+    for o in sorted(outcomes, key=lambda o: o.round):
         for lv in o.levels:
-            b = base.get(lv.concurrency)
+            groups.setdefault((lv.target, lv.concurrency), []).append(lv)
+    return {k: groups[k] for k in sorted(groups, key=lambda k: order[k[0]])}
+
+
+def comparison_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
+    """One row per (target, concurrency): the median of every figure over the rounds that ran it.
+
+    Ratios and differences against (a) are taken between medians (each target's median first, then
+    against (a)'s median at the same concurrency), not as medians of per-round ratios. Requests,
+    successes and errors are summed over the rounds; min/max columns show the spread.
+    """
+    total = rounds_of(outcomes)
+    rows: list[dict[str, Any]] = []
+    for (key, conc), levels in _grouped(outcomes).items():
+        s = median_summary([lv.summary for lv in levels])
+        cpu = [lv.cpu_ms_per_token for lv in levels]
+        tps = [lv.summary.output_tokens_per_s for lv in levels]
+        rows.append(
+            {
+                "target": key,
+                "label": levels[0].label,
+                "concurrency": conc,
+                "rounds": len(levels),
+                "rounds_total": total,
+                "requests": s.requests,
+                "successes": s.successes,
+                "errors": sum(s.errors.values()),
+                "error_kinds": ";".join(f"{k}={v}" for k, v in sorted(s.errors.items())),
+                "output_tokens": s.output_tokens,
+                "output_tokens_per_s": s.output_tokens_per_s,
+                "output_tokens_per_s_min": _min(tps),
+                "output_tokens_per_s_max": _max(tps),
+                "throughput_vs_a": math.nan,
+                "ttft_p50_ms": s.ttft.p50 * 1000,
+                "ttft_p99_ms": s.ttft.p99 * 1000,
+                "ttft_p50_over_a_ms": math.nan,
+                "tpot_p50_ms": s.tpot.p50 * 1000,
+                "client_cpu_s": _median(lv.client_cpu_s for lv in levels),
+                "client_cpu_ms_per_token": _median(cpu),
+                "client_cpu_ms_per_token_min": _min(cpu),
+                "client_cpu_ms_per_token_max": _max(cpu),
+                "cpu_vs_a": math.nan,
+                "loadgen_cpu_ms_per_token": _median(_loadgen_ms_per_token(lv) for lv in levels),
+                "triton_cpu_ms_per_token": _median(lv.triton_cpu_ms_per_token for lv in levels),
+                "measured": levels[0].measured,
+            }
+        )
+    base = {r["concurrency"]: r for r in rows if r["target"] == BASELINE}
+    for r in rows:
+        b = base.get(r["concurrency"])
+        if b is None:
+            continue
+        r["throughput_vs_a"] = _ratio(r["output_tokens_per_s"], b["output_tokens_per_s"])
+        r["ttft_p50_over_a_ms"] = r["ttft_p50_ms"] - b["ttft_p50_ms"]
+        r["cpu_vs_a"] = _ratio(r["client_cpu_ms_per_token"], b["client_cpu_ms_per_token"])
+    return rows
+
+
+def round_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
+    """The raw figures: one row per (target, concurrency, round), ratios against (a) in the same round."""
+    base = {(lv.round, lv.concurrency): lv for o in outcomes if o.target.key == BASELINE for lv in o.levels}
+    rows: list[dict[str, Any]] = []
+    for (_key, _conc), levels in _grouped(outcomes).items():
+        for lv in levels:
+            b = base.get((lv.round, lv.concurrency))
             s = lv.summary
             rows.append(
                 {
                     "target": lv.target,
                     "label": lv.label,
                     "concurrency": lv.concurrency,
+                    "round": lv.round,
                     "requests": s.requests,
                     "successes": s.successes,
                     "errors": sum(s.errors.values()),
@@ -440,14 +597,26 @@ def comparison_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
                     "client_cpu_s": lv.client_cpu_s,
                     "client_cpu_ms_per_token": lv.cpu_ms_per_token,
                     "cpu_vs_a": _ratio(lv.cpu_ms_per_token, b.cpu_ms_per_token) if b else math.nan,
-                    "loadgen_cpu_ms_per_token": lv.loadgen_cpu_s * 1000 / s.output_tokens
-                    if s.output_tokens
-                    else math.nan,
+                    "loadgen_cpu_ms_per_token": _loadgen_ms_per_token(lv),
                     "triton_cpu_ms_per_token": lv.triton_cpu_ms_per_token,
                     "measured": lv.measured,
                 }
             )
     return rows
+
+
+def unavailable_targets(outcomes: Sequence[TargetOutcome]) -> dict[str, list[TargetOutcome]]:
+    """The targets that failed in every round they were tried in (key -> their failed outcomes)."""
+    by: dict[str, list[TargetOutcome]] = {}
+    for o in outcomes:
+        by.setdefault(o.target.key, []).append(o)
+    return {k: os_ for k, os_ in by.items() if all(o.unavailable is not None for o in os_)}
+
+
+def _label(r: dict[str, Any]) -> str:
+    if r.get("rounds", 1) < r.get("rounds_total", 1):
+        return f"{r['label']} [{r['rounds']}/{r['rounds_total']} rounds]"
+    return str(r["label"])
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], outcomes: Sequence[TargetOutcome]) -> str:
@@ -459,18 +628,86 @@ def markdown_table(rows: Sequence[dict[str, Any]], outcomes: Sequence[TargetOutc
     for r in rows:
         errors = r["error_kinds"] or "0"
         lines.append(
-            f"| {r['label']} | {r['concurrency']} | {r['successes']}/{r['requests']} | {errors} | "
+            f"| {_label(r)} | {r['concurrency']} | {r['successes']}/{r['requests']} | {errors} | "
             f"{_f(r['output_tokens_per_s'], '.0f')} | {_f(r['throughput_vs_a'], '.2f')}x | "
             f"{_f(r['ttft_p50_ms'], '.1f')} | {_f(r['ttft_p99_ms'], '.1f')} | "
             f"{_f(r['ttft_p50_over_a_ms'], '+.1f')} | {_f(r['client_cpu_ms_per_token'], '.3f')} | "
             f"{_f(r['cpu_vs_a'], '.2f')}x | {_f(r['triton_cpu_ms_per_token'], '.3f')} |"
         )
-    for o in outcomes:
-        if o.unavailable is not None:
-            lines.append(
-                f"| {o.target.label} | - | - | did not run: {o.unavailable.replace('|', '/')} |" + " - |" * 8
-            )
+    total = rounds_of(outcomes)
+    for failed in unavailable_targets(outcomes).values():
+        reasons = "; ".join(dict.fromkeys(o.unavailable or "" for o in failed)).replace("|", "/")
+        every = f" (in all {total} rounds)" if total > 1 else ""
+        lines.append(f"| {failed[0].target.label} | - | - | did not run{every}: {reasons} |" + " - |" * 8)
     return "\n".join(lines)
+
+
+def round_notes(outcomes: Sequence[TargetOutcome]) -> list[str]:
+    """The targets that failed in some rounds but not all: which rounds, why, and what the cells cover."""
+    total = rounds_of(outcomes)
+    gone = unavailable_targets(outcomes)
+    by: dict[str, list[TargetOutcome]] = {}
+    for o in sorted(outcomes, key=lambda o: o.round):
+        by.setdefault(o.target.key, []).append(o)
+    out: list[str] = []
+    for key, tried in by.items():
+        failed = [o for o in tried if o.unavailable is not None]
+        if not failed or key in gone:
+            continue
+        where = "; ".join(
+            f"round {o.round} after {len(o.levels)} level(s): {o.unavailable}" for o in failed
+        ).replace("|", "/")
+        out.append(
+            f"- {tried[0].target.label} failed in {len(failed)} of {total} rounds ({where}). It ran "
+            f"completely in {len(tried) - len(failed)} of {total} rounds; its cells are medians over the "
+            "rounds that measured them ([n/N rounds] in the table where fewer than all)."
+        )
+    return out
+
+
+def spread_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Min-max over the rounds of the two figures that move most, with the range relative to the median."""
+
+    def span(lo: float, hi: float, median: float, fmt: str) -> str:
+        if math.isnan(lo) or math.isnan(hi):
+            return "-"
+        rel = f" ({(hi - lo) / median * 100:.0f}%)" if median and not math.isnan(median) else ""
+        return f"{lo:{fmt}}-{hi:{fmt}}{rel}"
+
+    lines = [
+        "| target | conc | rounds | out tok/s min-max (range/median) "
+        "| client CPU ms/tok min-max (range/median) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        tps = span(
+            r["output_tokens_per_s_min"], r["output_tokens_per_s_max"], r["output_tokens_per_s"], ".0f"
+        )
+        cpu = span(
+            r["client_cpu_ms_per_token_min"],
+            r["client_cpu_ms_per_token_max"],
+            r["client_cpu_ms_per_token"],
+            ".3f",
+        )
+        lines.append(f"| {r['label']} | {r['concurrency']} | {r['rounds']} | {tps} | {cpu} |")
+    return "\n".join(lines)
+
+
+def rounds_line(n: int) -> str:
+    """The report's header line on rounds and on what a cell is."""
+    if n == 1:
+        what = "each cell is that round's figure (the median over 1 round); `--repeat N` for medians over N"
+    else:
+        what = (
+            f"each cell is the median over the {n} rounds (statistics.median: the mean of the middle two "
+            "for an even count)"
+        )
+    return (
+        f"Rounds: {n}, interleaved (round r runs every target through every concurrency in turn; one "
+        f"Triton for all rounds); {what}. The `vs (a)` and `- (a)` columns compare medians: each target's "
+        "median first, then its ratio (or difference) to (a)'s median, not the median of per-round ratios. "
+        "ok/req and errors are summed over the rounds. Per-round figures: bench_rounds.csv, bench.json."
+    )
 
 
 def target_checks(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -547,11 +784,15 @@ def plot_cpu(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     width = 0.8 / max(len(targets), 1)
     fig, ax = plt.subplots(figsize=(10, 5))
     for i, t in enumerate(targets):
-        ys = [by.get((t, c), {}).get("client_cpu_ms_per_token", math.nan) for c in levels]
-        ax.bar([j + i * width for j in range(len(levels))], ys, width, label=t)
+        cells = [by.get((t, c), {}) for c in levels]
+        ys = [r.get("client_cpu_ms_per_token", math.nan) for r in cells]
+        # Whiskers: the min-max over the rounds (rows of a single round have none).
+        lo = [y - r.get("client_cpu_ms_per_token_min", y) for y, r in zip(ys, cells, strict=True)]
+        hi = [r.get("client_cpu_ms_per_token_max", y) - y for y, r in zip(ys, cells, strict=True)]
+        ax.bar([j + i * width for j in range(len(levels))], ys, width, label=t, yerr=[lo, hi], capsize=2)
     ax.set_xticks([j + width * (len(targets) - 1) / 2 for j in range(len(levels))], [str(c) for c in levels])
     ax.set_xlabel("concurrency")
-    ax.set_ylabel("client-side CPU ms per streamed token")
+    ax.set_ylabel("client-side CPU ms per streamed token (median, min-max)")
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
@@ -564,8 +805,11 @@ def write_report(
 ) -> str:
     out.mkdir(parents=True, exist_ok=True)
     rows = comparison_rows(outcomes)
+    per_round = round_rows(outcomes)
+    n_rounds = rounds_of(outcomes)
     machine = machine_info()
     table = markdown_table(rows, outcomes)
+    notes = round_notes(outcomes)
     checks = target_checks(rows)
     md = [
         f"# Benchmark {machine['date']}",
@@ -577,10 +821,16 @@ def write_report(
         f"{', '.join(map(str, cfg.concurrencies))}; load generator and servers share this machine.",
         "Client CPU: user+sys from /proc over the measured requests, of the gateway or proxy process tree; "
         "for (a) and (c), of the load-generator process itself.",
+        rounds_line(n_rounds),
         "",
         table,
+        *(["", *notes] if notes else []),
+    ]
+    if n_rounds > 1 and rows:
+        md += ["", "## Spread across rounds", "", spread_table(rows)]
+    md += [
         "",
-        "## Against the targets",
+        f"## Against the targets (medians over {n_rounds} round{'s' if n_rounds != 1 else ''})",
         "",
         *(checks or ["- (no gateway results to compare)"]),
     ]
@@ -595,24 +845,47 @@ def write_report(
     ]
     text = "\n".join(md)
     (out / "bench.md").write_text(text, encoding="utf-8")
-    write_csv(out / "bench.csv", rows)
+    write_csv(out / "bench.csv", rows)  # the table: medians over the rounds
+    write_csv(out / "bench_rounds.csv", per_round)  # the raw figures, one row per round
     write_json(
         out / "bench.json",
         {
             "machine": machine,
             "config": asdict(cfg),
+            "rounds": n_rounds,
             "rows": rows,
-            "runs": [summary_dict(lv.summary) for o in outcomes for lv in o.levels],
-            "unavailable": {o.target.key: o.unavailable for o in outcomes if o.unavailable},
+            "round_rows": per_round,
+            "runs": [
+                {"target": o.target.key, "round": lv.round, **summary_dict(lv.summary)}
+                for o in sorted(outcomes, key=lambda o: o.round)
+                for lv in o.levels
+            ],
+            # Targets that failed in every round; `failures` lists every failed (target, round).
+            "unavailable": {
+                key: failed[-1].unavailable for key, failed in unavailable_targets(outcomes).items()
+            },
+            "failures": [
+                {
+                    "target": o.target.key,
+                    "round": o.round,
+                    "levels_done": len(o.levels),
+                    "reason": o.unavailable,
+                }
+                for o in outcomes
+                if o.unavailable is not None
+            ],
             "soak": soak,
         },
     )
     req_rows: list[dict[str, Any]] = []
-    for o in outcomes:
+    for o in sorted(outcomes, key=lambda o: o.round):
         for c, recs in o.records.items():
-            req_rows.extend(request_rows(f"{o.target.key} c={c}", recs))
+            req_rows.extend(request_rows(f"{o.target.key} c={c} r={o.round}", recs))
     write_csv(out / "requests.csv", req_rows)
-    series = {o.target.label: [lv.summary for lv in o.levels] for o in outcomes if o.levels}
+    # The plots show the medians, like the table.
+    series: dict[str, list[RunSummary]] = {}
+    for (_key, _conc), levels in _grouped(outcomes).items():
+        series.setdefault(levels[0].label, []).append(median_summary([lv.summary for lv in levels]))
     if series:
         plot_sweep(
             out / "latency_vs_throughput.png", series, title="latency vs throughput (labels: concurrency)"
@@ -625,7 +898,8 @@ def write_report(
 
 
 async def run_bench(cfg: BenchConfig, out: Path) -> str:
-    """Run every selected target against one stack; `out` (and out/work) must exist."""
+    """Run every selected target, in cfg.repeats interleaved rounds, against one stack; then the soak,
+    once. `out` (and out/work) must exist."""
     workdir = out / "work"
     workload = Workload(max_tokens=cfg.max_tokens, stream=True, ignore_eos=True, include_usage=True)
     selected = [t for t in TARGETS if t.key in cfg.targets]
@@ -634,9 +908,14 @@ async def run_bench(cfg: BenchConfig, out: Path) -> str:
     with start_stack(cfg, workdir) as stack:
         biggest = max(cfg.min_requests, max(cfg.concurrencies) * cfg.requests_per_stream) + cfg.warmup
         prompts = synthetic_prompts(biggest, cfg.prompt_tokens, seed=1, tokenizer_dir=stack.tokenizer_dir)
-        for target in selected:
-            log.info("target %s: %s", target.key, target.label)
-            outcomes.append(await run_target(target, stack, cfg, workload, prompts, workdir))
+        # Interleaved rounds: every target once per round, so a drift of the shared machine over the
+        # run hits all targets alike instead of whichever ran last. One stack for all rounds.
+        for r in range(1, cfg.repeats + 1):
+            round_dir = workdir if cfg.repeats == 1 else workdir / f"round{r}"
+            round_dir.mkdir(parents=True, exist_ok=True)
+            for target in selected:
+                log.info("round %d/%d, target %s: %s", r, cfg.repeats, target.key, target.label)
+                outcomes.append(await run_target(target, stack, cfg, workload, prompts, round_dir, r))
         if cfg.soak_streams:
             soak = await run_soak(stack, cfg, workdir)
     return write_report(out, cfg, outcomes, soak)
@@ -678,7 +957,15 @@ async def run_soak(stack: Stack, cfg: BenchConfig, workdir: Path) -> dict[str, A
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="smoke run: concurrencies 1,16, short outputs")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: concurrencies 1,16, short outputs, 1 round"
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        metavar="N",
+        help="interleaved rounds of the whole sweep; cells are medians over them (default 3, --quick 1)",
+    )
     p.add_argument("--concurrency", help="comma list (default 1,16,64,256)")
     p.add_argument(
         "--targets",
@@ -731,6 +1018,10 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         changes["soak_streams"] = args.soak_streams
     if args.external:
         changes["external"] = tuple(args.external)
+    if args.repeat is not None:
+        if args.repeat < 1:
+            raise SystemExit("--repeat must be at least 1")
+        changes["repeats"] = args.repeat
     return replace(cfg, **changes)
 
 
