@@ -5,7 +5,7 @@
     python -m loadtest run --model tiny --rate 5,10 --duration 60 --dataset prompts.jsonl
     python -m loadtest run --target triton-grpc --base-url 127.0.0.1:8001 --model ensemble
     python -m loadtest run --target triton-http --base-url http://127.0.0.1:8000 --model ensemble
-    python -m loadtest.bench [--quick] [--targets grpc,gateway,...] [--soak]   # `make bench`
+    python -m loadtest.bench [--quick] [--repeat N] [--targets grpc,gateway,...] [--soak]  # make bench
 
 Results go to results/<...>/: results.json, summary.csv, requests.csv, latency_vs_throughput.png
 (run) or bench.md, bench.csv, bench.json, plots (bench). The dataset format is in workload.py.
