@@ -33,7 +33,7 @@ typecheck: install
 
 check: lint typecheck
 
-# ~14 min: 3 interleaved rounds, cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
+# ~13 min: 3 interleaved rounds, cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
 bench: install
 	$(PY) -m loadtest.bench $(BENCH_ARGS)
 
