@@ -533,12 +533,7 @@ def comparison_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
                 "concurrency": conc,
                 "rounds": len(levels),
                 "rounds_total": total,
-                "requests": s.requests,
-                "successes": s.successes,
-                "errors": sum(s.errors.values()),
-                "error_kinds": ";".join(f"{k}={v}" for k, v in sorted(s.errors.items())),
-                "output_tokens": s.output_tokens,
-                "output_tokens_per_s": s.output_tokens_per_s,
+                **_counts(s),
                 "output_tokens_per_s_min": _min(tps),
                 "output_tokens_per_s_max": _max(tps),
                 "throughput_vs_a": math.nan,
@@ -567,6 +562,18 @@ def comparison_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
     return rows
 
 
+def _counts(s: RunSummary) -> dict[str, Any]:
+    """The request and token counts every row starts with."""
+    return {
+        "requests": s.requests,
+        "successes": s.successes,
+        "errors": sum(s.errors.values()),
+        "error_kinds": ";".join(f"{k}={v}" for k, v in sorted(s.errors.items())),
+        "output_tokens": s.output_tokens,
+        "output_tokens_per_s": s.output_tokens_per_s,
+    }
+
+
 def round_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
     """The raw figures: one row per (target, concurrency, round), ratios against (a) in the same round."""
     base = {(lv.round, lv.concurrency): lv for o in outcomes if o.target.key == BASELINE for lv in o.levels}
@@ -581,12 +588,7 @@ def round_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
                     "label": lv.label,
                     "concurrency": lv.concurrency,
                     "round": lv.round,
-                    "requests": s.requests,
-                    "successes": s.successes,
-                    "errors": sum(s.errors.values()),
-                    "error_kinds": ";".join(f"{k}={v}" for k, v in sorted(s.errors.items())),
-                    "output_tokens": s.output_tokens,
-                    "output_tokens_per_s": s.output_tokens_per_s,
+                    **_counts(s),
                     "throughput_vs_a": _ratio(s.output_tokens_per_s, b.summary.output_tokens_per_s)
                     if b
                     else math.nan,
