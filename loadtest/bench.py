@@ -607,12 +607,19 @@ def round_rows(outcomes: Sequence[TargetOutcome]) -> list[dict[str, Any]]:
     return rows
 
 
+def _by_target(outcomes: Sequence[TargetOutcome]) -> dict[str, list[TargetOutcome]]:
+    """Each target's outcomes (one per round it was tried in), in round order."""
+    by: dict[str, list[TargetOutcome]] = {}
+    for o in sorted(outcomes, key=lambda o: o.round):
+        by.setdefault(o.target.key, []).append(o)
+    return by
+
+
 def unavailable_targets(outcomes: Sequence[TargetOutcome]) -> dict[str, list[TargetOutcome]]:
     """The targets that failed in every round they were tried in (key -> their failed outcomes)."""
-    by: dict[str, list[TargetOutcome]] = {}
-    for o in outcomes:
-        by.setdefault(o.target.key, []).append(o)
-    return {k: os_ for k, os_ in by.items() if all(o.unavailable is not None for o in os_)}
+    return {
+        k: tried for k, tried in _by_target(outcomes).items() if all(o.unavailable is not None for o in tried)
+    }
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -648,11 +655,8 @@ def round_notes(outcomes: Sequence[TargetOutcome]) -> list[str]:
     """The targets that failed in some rounds but not all: which rounds, why, and what the cells cover."""
     total = rounds_of(outcomes)
     gone = unavailable_targets(outcomes)
-    by: dict[str, list[TargetOutcome]] = {}
-    for o in sorted(outcomes, key=lambda o: o.round):
-        by.setdefault(o.target.key, []).append(o)
     out: list[str] = []
-    for key, tried in by.items():
+    for key, tried in _by_target(outcomes).items():
         failed = [o for o in tried if o.unavailable is not None]
         if not failed or key in gone:
             continue

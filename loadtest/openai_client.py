@@ -36,11 +36,8 @@ class OpenAITarget:
         self._model = model
         self._workload = workload
         self._timeout = timeout
-        self._headers = {
-            "content-type": "application/json",
-            # Raw reads below assume an uncompressed body.
-            "accept-encoding": "identity",
-        }
+        # The session (target.http_session) already asks for uncompressed bodies.
+        self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
         path = "/chat/completions" if workload.endpoint == "chat" else "/completions"

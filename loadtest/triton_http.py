@@ -36,7 +36,7 @@ class TritonHttpTarget:
         self._workload = workload
         self._timeout = timeout
         self._url = f"{self._base_url}/v2/models/{model}/generate_stream"
-        self._headers = {"content-type": "application/json", "accept-encoding": "identity"}
+        self._headers = {"content-type": "application/json"}  # the session asks for identity encoding
         self._session: aiohttp.ClientSession | None = None
         self._inputs: set[str] = set()
         self._count_tokens = False

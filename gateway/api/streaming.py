@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Request
 from sse_starlette import EventSourceResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.asyncutil import Started, started
+from gateway.asyncutil import started
 from gateway.errors import InvalidRequestError
 
 T = TypeVar("T")
@@ -36,9 +36,19 @@ def client_timeout(request: Request) -> float | None:
 
 
 class _EventStream(EventSourceResponse):
-    """sse-starlette wraps every send in an anyio cancel scope, even with no send timeout; at one
+    """sse-starlette's response over finished SSE events, with two changes.
+
+    The first event (and so the Triton request) is started at once, so the engine works while the
+    response's own set-up runs; the response closes the started events however it ends, so a
+    client gone before the first byte still cancels Triton.
+
+    sse-starlette wraps every send in an anyio cancel scope, even with no send timeout; at one
     event per token that scope is a measurable share of the gateway's CPU, so it is skipped when
     no timeout is set (the pinned sse-starlette's `_send_with_timeout` contract)."""
+
+    def __init__(self, events: AsyncGenerator[bytes, None], **options: Any) -> None:
+        self._events = started(events)
+        super().__init__(self._events, **options)
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:
         if self.send_timeout is None:
@@ -50,21 +60,16 @@ class _EventStream(EventSourceResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            # The events were started before the response ran (see event_stream): a response
-            # that ends before it iterates them (client gone at once) must still stop them.
-            events = self.body_iterator
-            if isinstance(events, Started):
-                await events.aclose()
+            await self._events.aclose()
 
 
 def event_stream(request: Request, events: AsyncGenerator[bytes, None]) -> EventSourceResponse:
     """Streams finished SSE events (`data: ...` frames, see serving.chunks); sse-starlette adds
     the keep-alive pings, and when the client goes away it cancels the task that iterates
-    `events`, which closes the engine stream and so cancels the Triton request. The first event
-    is started at once, so the engine request overlaps the response's own set-up."""
+    `events`, which closes the engine stream and so cancels the Triton request."""
     settings = request.app.state.settings
     return _EventStream(
-        started(events),
+        events,
         sep="\n",
         ping=settings.sse_ping_s,
         # On SIGTERM open streams may finish for this long before they are cancelled
