@@ -11,12 +11,13 @@ from dataclasses import dataclass
 
 from gateway.asyncutil import merge as merge
 from gateway.engine import Engine, GenerationDelta, GenerationRequest, TokenLogprob
-from gateway.text.detokenizer import IncrementalDetokenizer, TextDecoder, Utf8TextAssembler
+from gateway.text.detokenizer import TextDecoder, Utf8TextAssembler, ids_decoder
 from gateway.text.stop import StopStringMatcher
 from gateway.text.tokenizer import Tokenizer
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: one per streamed token (see GenerationDelta).
+@dataclass(slots=True)
 class ChoiceEvent:
     index: int
     text: str
@@ -129,7 +130,7 @@ def make_choices(
     if token_ids:
 
         def factory() -> TextDecoder:
-            return IncrementalDetokenizer(tokenizer, request.prompt_ids)
+            return ids_decoder(tokenizer, request.prompt_ids)
     else:
         factory = Utf8TextAssembler
     return [

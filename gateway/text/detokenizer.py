@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from gateway.text.tokenizer import Tokenizer
 
 # How many prompt tokens seed the decoding window. SentencePiece-style tokenizers only know
 # that a token starts a word (and so needs its leading space) when something precedes it.
@@ -78,6 +81,43 @@ class IncrementalDetokenizer:
         self._prefix_offset = 0
         self._read_offset = len(self._ids)
         return delta
+
+
+class ByteTableDecoder:
+    """Token ids -> text for tokenizers whose decoding is the UTF-8 decoding of their tokens' bytes
+    joined (byte-level BPE; see tokenizer.byte_level_table): one look-up per token, and the
+    incremental UTF-8 decoder holds an incomplete character back until it is completed or flushed.
+    Exactly the tokenizer's decoding of the whole sequence, however it is split, at a fraction of
+    the cost of the window scheme's two decodes per token."""
+
+    __slots__ = ("_decoder", "_table")
+
+    def __init__(self, table: Sequence[bytes]) -> None:
+        self._table = table
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push_ids(self, ids: Sequence[int]) -> str:
+        table, size = self._table, len(self._table)
+        # Ids the tokenizer does not know (a padded model vocabulary) decode to nothing, as there.
+        if len(ids) == 1:
+            token = ids[0]
+            data = table[token] if 0 <= token < size else b""
+        else:
+            data = b"".join(table[t] if 0 <= t < size else b"" for t in ids)
+        return self._decoder.decode(data, False)
+
+    def push_bytes(self, data: bytes) -> str:
+        raise TypeError("ByteTableDecoder decodes token ids, not text")
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", True)
+
+
+def ids_decoder(tokenizer: Tokenizer, prompt_ids: Sequence[int] = ()) -> TextDecoder:
+    """The decoder for a stream of token ids: by byte table where the tokenizer has one, else by window."""
+    if tokenizer.token_bytes is not None:
+        return ByteTableDecoder(tokenizer.token_bytes)
+    return IncrementalDetokenizer(tokenizer, prompt_ids)
 
 
 class Utf8TextAssembler:

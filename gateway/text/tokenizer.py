@@ -56,6 +56,13 @@ class Tokenizer:
         self._backend: Any = backend if backend is not None and not clean_up else None
         self._anchor = self.encode("a", add_special_tokens=False)[:1]
         self._token_texts: dict[int, str] = {}
+        # Byte-level BPE (GPT-2, Llama 3, Qwen, ...): streamed text is then one table look-up per
+        # token instead of two decodes (see text.detokenizer.ByteTableDecoder).
+        self.token_bytes: tuple[bytes, ...] | None = (
+            byte_level_table(self._backend) if self._backend is not None else None
+        )
+        how = "by byte table" if self.token_bytes else "by window"
+        logger.debug("%s: streamed text decoded %s", path, how)
 
     @property
     def has_chat_template(self) -> bool:
@@ -104,6 +111,44 @@ class Tokenizer:
                 f"the chat template rejected the messages: {exc}", param="messages"
             ) from None
         return str(rendered)
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    # GPT-2's bytes_to_unicode, inverted: printable Latin-1 bytes stand for themselves, the other
+    # 68 bytes for U+0100 onwards, in byte order.
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(0x100 + i): b for i, b in enumerate(others)}}
+
+
+def byte_level_table(backend: Any) -> tuple[bytes, ...] | None:
+    """Each token's exact bytes (special tokens none), when the tokenizer decodes a sequence as
+    nothing but the UTF-8 decoding of its tokens' bytes joined: a byte-level decoder, alone.
+
+    Every entry is checked against the tokenizer's own decoding of that token, so a tokenizer whose
+    decoding this does not reproduce exactly gets None (and the gateway decodes by window instead).
+    """
+    from tokenizers import decoders
+
+    if type(backend.decoder) is not decoders.ByteLevel:
+        return None
+    alphabet = _byte_level_alphabet()
+    skipped = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+    size = backend.get_vocab_size(with_added_tokens=True)
+    table: list[bytes] = []
+    for token_id in range(size):
+        token = backend.id_to_token(token_id)
+        if token is None or token_id in skipped:
+            table.append(b"")
+        elif all(ch in alphabet for ch in token):
+            table.append(bytes(alphabet[ch] for ch in token))
+        else:
+            # The byte-level decoder passes a token outside its alphabet (an added token) through.
+            table.append(token.encode())
+    decoded = backend.decode_batch([[i] for i in range(size)], skip_special_tokens=True)
+    if any(d != b.decode("utf-8", "replace") for d, b in zip(decoded, table, strict=True)):
+        return None
+    return tuple(table)
 
 
 def _read_model_info(path: Path, tok: Any) -> ModelTextInfo:

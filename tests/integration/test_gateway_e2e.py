@@ -166,7 +166,7 @@ def reference_greedy_ids(model_dir: Path, prompt_ids: list[int], max_tokens: int
 def test_greedy_text_equals_transformers_generate(
     sdk: openai.OpenAI, triton_stack: TritonStack, model: str
 ) -> None:
-    from gateway.text.detokenizer import IncrementalDetokenizer
+    from gateway.text.detokenizer import ids_decoder
     from gateway.text.tokenizer import Tokenizer
 
     m = triton_stack.models[SERVED[model][0]]
@@ -180,8 +180,8 @@ def test_greedy_text_equals_transformers_generate(
         assert got.usage is not None and got.usage.prompt_tokens == len(prompt_ids)
         assert got.usage.completion_tokens == 20
         # transformers' ids, detokenized one at a time as a stream would be: equal text means
-        # the engine produced the same ids (the detokenizer is tested on its own elsewhere).
-        detok = IncrementalDetokenizer(tok, prompt_ids)
+        # the engine produced the same ids (the decoders are tested on their own elsewhere).
+        detok = ids_decoder(tok, prompt_ids)
         expected = "".join(detok.push_ids([t]) for t in ids) + detok.flush()
         assert got.choices[0].text == expected, prompt
         # Where the random model's bytes are valid UTF-8, the whole-sequence decode agrees too;

@@ -9,7 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.text.detokenizer import IncrementalDetokenizer, Utf8TextAssembler
+from gateway.text.detokenizer import (
+    ByteTableDecoder,
+    IncrementalDetokenizer,
+    Utf8TextAssembler,
+    ids_decoder,
+)
 from gateway.text.tokenizer import Tokenizer
 
 TEXTS = [
@@ -118,3 +123,55 @@ def test_the_fast_paths_agree_with_transformers(tok: Tokenizer, data: st.DataObj
         assert tok.decode(ids, skip) == hf.decode(ids, skip_special_tokens=skip)
     for add in (True, False):
         assert tok.encode(text, add_special_tokens=add) == hf.encode(text, add_special_tokens=add)
+
+
+def stream_table(tok: Tokenizer, ids: list[int], cuts: list[int]) -> str:
+    assert tok.token_bytes is not None
+    decoder = ByteTableDecoder(tok.token_bytes)
+    bounds = [0, *cuts, len(ids)]
+    return "".join(decoder.push_ids(ids[a:b]) for a, b in itertools.pairwise(bounds)) + decoder.flush()
+
+
+def test_byte_level_tokenizers_get_a_byte_table_and_sentencepiece_ones_do_not(
+    tiny_bpe_dir: Path, tiny_metaspace_dir: Path
+) -> None:
+    bpe, sp = tokenizer_for(tiny_bpe_dir), tokenizer_for(tiny_metaspace_dir)
+    assert bpe.token_bytes is not None and len(bpe.token_bytes) == bpe.vocab_size
+    assert isinstance(ids_decoder(bpe, [5]), ByteTableDecoder)
+    # Metaspace decoding depends on the position (a leading space is stripped): no table.
+    assert sp.token_bytes is None
+    assert isinstance(ids_decoder(sp, [5]), IncrementalDetokenizer)
+
+
+def test_the_byte_table_holds_partial_characters_and_drops_special_tokens(tiny_bpe_dir: Path) -> None:
+    tok = tokenizer_for(tiny_bpe_dir)
+    assert tok.token_bytes is not None
+    ids = tok.encode("🎉", add_special_tokens=False)
+    assert b"".join(tok.token_bytes[i] for i in ids) == "🎉".encode()
+    decoder = ByteTableDecoder(tok.token_bytes)
+    assert [decoder.push_ids([i]) for i in ids][:-1] == [""] * (len(ids) - 1)
+    eos = tok.info.eos_token_id
+    assert eos is not None and tok.token_bytes[eos] == b""
+    # Ids past the tokenizer's vocabulary (a padded model vocabulary) and negative ids decode to nothing.
+    assert ByteTableDecoder(tok.token_bytes).push_ids([tok.vocab_size + 3, -1]) == ""
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_the_byte_table_decodes_any_ids_split_anyhow_exactly_as_the_tokenizer(
+    tiny_bpe_dir: Path, data: st.DataObject
+) -> None:
+    tok = tokenizer_for(tiny_bpe_dir)
+    # Any ids, special and added tokens included: invalid UTF-8 must come out as the tokenizer has it.
+    ids = data.draw(st.lists(st.integers(0, tok.vocab_size - 1), max_size=30))
+    expected = tok.decode(ids)
+    assert stream_table(tok, ids, split_points(data, len(ids))) == expected
+    assert stream_table(tok, ids, list(range(1, len(ids)))) == expected
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_the_byte_table_and_the_window_agree_on_real_text(tiny_bpe_dir: Path, text: str) -> None:
+    tok = tokenizer_for(tiny_bpe_dir)
+    prompt = tok.encode("Say something:")
+    ids = tok.encode(" " + text, add_special_tokens=False)
+    assert stream_table(tok, ids, list(range(1, len(ids)))) == stream_ids(tok, prompt, ids, [])
