@@ -195,7 +195,8 @@ def stop_request(model: str, request_id: str) -> service_pb2.ModelInferRequest:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, like GenerationDelta: one per streamed token, and frozen dataclasses are slow to make.
+@dataclass(slots=True)
 class ParsedResponse:
     index: int
     token_ids: tuple[int, ...] | None
@@ -219,59 +220,65 @@ def _bytes_elements(raw: bytes) -> list[bytes]:
     return out
 
 
+def _int32(raw: bytes) -> int | None:
+    return int.from_bytes(raw[:4], "little", signed=True) if raw else None
+
+
+_FINAL = "triton_final_response"
+
+
 def parse_response(response: Any) -> ParsedResponse:
-    """Read one ModelInferResponse protobuf (one streamed step, or the whole result)."""
+    """Read one ModelInferResponse protobuf (one streamed step, or the whole result).
+
+    Once per streamed token: each protobuf field read builds a Python object, so every field is
+    read once, and text that token ids make redundant is not unpacked at all."""
+    params = response.parameters
+    final = _FINAL in params and params[_FINAL].bool_param
+    outputs = response.outputs
+    if not outputs:
+        return ParsedResponse(0, None, None, None, None, final, True)
     raw_contents = response.raw_output_contents
+    count = len(raw_contents)
     ids: tuple[int, ...] | None = None
-    text: bytes | None = None
+    text_raw: bytes | None = None
     index = 0
     n_out: int | None = None
     n_in: int | None = None
     seq_len: int | None = None
     log_probs: tuple[float, ...] | None = None
     logits: np.ndarray | None = None
-    for pos, output in enumerate(response.outputs):
-        if pos >= len(raw_contents):
+    for pos, output in enumerate(outputs):
+        if pos >= count:
             break
-        raw = raw_contents[pos]
         name = output.name
         if name == c.OUTPUT_IDS:
-            ids = tuple(array("i", raw))
+            ids = tuple(array("i", raw_contents[pos]))
         elif name == c.TEXT_OUTPUT:
-            text = b"".join(_bytes_elements(raw))
+            text_raw = raw_contents[pos]
         elif name == c.SEQUENCE_LENGTH:
-            seq_len = array("i", raw)[0] if raw else None
+            seq_len = _int32(raw_contents[pos])
         elif name == c.SEQUENCE_INDEX:
-            index = array("i", raw)[0] if raw else 0
+            index = _int32(raw_contents[pos]) or 0
         elif name == c.NUM_OUTPUT_TOKENS:
-            n_out = array("i", raw)[0] if raw else None
+            n_out = _int32(raw_contents[pos])
         elif name == c.NUM_INPUT_TOKENS:
-            n_in = array("i", raw)[0] if raw else None
+            n_in = _int32(raw_contents[pos])
         elif name == c.OUTPUT_LOG_PROBS:
-            log_probs = tuple(array("f", raw))
+            log_probs = tuple(array("f", raw_contents[pos]))
         elif name == c.GENERATION_LOGITS:
+            raw = raw_contents[pos]
             dtype = np.float16 if output.datatype == "FP16" else np.float32
             vocab = int(output.shape[-1]) if output.shape else 0
             logits = np.frombuffer(raw, dtype=dtype).reshape(-1, vocab) if vocab else None
+    text: bytes | None = None
     if ids is not None:
         # Token ids are exact; text_output comes along only because the ensemble needs it asked for.
-        text = None
         if seq_len is not None:
             # output_ids is [1, beam, padded tokens]: only the first sequence_length are real.
             ids = ids[:seq_len]
-    params = response.parameters
-    final = "triton_final_response" in params and params["triton_final_response"].bool_param
-    return ParsedResponse(
-        index=index,
-        token_ids=ids,
-        text=text,
-        num_output_tokens=n_out,
-        num_input_tokens=n_in,
-        final=final,
-        empty=not response.outputs,
-        log_probs=log_probs,
-        logits=logits,
-    )
+    elif text_raw is not None:
+        text = b"".join(_bytes_elements(text_raw))
+    return ParsedResponse(index, ids, text, n_out, n_in, final, False, log_probs, logits)
 
 
 def token_logprobs(parsed: ParsedResponse, ids: tuple[int, ...] | None, top: int) -> tuple[TokenLogprob, ...]:
