@@ -14,14 +14,21 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, GatewayError
 
+# Keepalive pings within what Triton's gRPC server accepts by default: it takes at most one ping per
+# 5 minutes while it sends no data (--grpc-http2-min-recv-ping-interval-without-data=300000), none
+# without a call (--grpc-keepalive-permit-without-calls=false), and after two strikes it closes the
+# connection with GOAWAY "too_many_pings", failing every stream on it. Pinging an idle channel every
+# 30 s did exactly that every 90 s; a stream queued for minutes could have been cut the same way.
+# Hung calls are bounded by the request deadline instead.
+KEEPALIVE_TIME_MS = 300_000
 # Triton answers with large configs and tensors; gRPC's 4 MB default is too small for logits.
-_CHANNEL_OPTIONS = [
+CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", -1),
     ("grpc.max_receive_message_length", -1),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", 20_000),
     ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.keepalive_permit_without_calls", 0),
     # After Triton restarts, reconnect within seconds rather than gRPC's default of up to two minutes.
     ("grpc.initial_reconnect_backoff_ms", 250),
     ("grpc.min_reconnect_backoff_ms", 250),
@@ -39,7 +46,7 @@ class TritonConnection:
     @property
     def stub(self) -> service_pb2_grpc.GRPCInferenceServiceStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.url, options=_CHANNEL_OPTIONS)
+            self._channel = grpc.aio.insecure_channel(self.url, options=CHANNEL_OPTIONS)
             self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
         return self._stub
 
