@@ -10,9 +10,10 @@ each concurrency through every target:
 For each: output tokens/s, TTFT p50/p99, errors, and the CPU the client-side process burned per
 streamed token (/proc), with ratios against (a). Writes results/<timestamp>/ and prints the table.
 
-The whole sweep runs `--repeat N` times (default 3) in interleaved rounds: round r runs every
-selected target in turn, so a slow drift of the shared machine hits every target alike. Each table
-cell is the median over the rounds; the per-round figures are kept in bench_rounds.csv/bench.json.
+The whole sweep runs `--repeat N` times (default 3) in rounds. A round starts every selected target,
+then measures each concurrency on every target in turn, so the figures compared at a level are taken
+seconds apart and a drift of the shared machine hits every target alike. Each table cell is the
+median over the rounds; the per-round figures are kept in bench_rounds.csv/bench.json.
 """
 
 from __future__ import annotations
@@ -393,28 +394,58 @@ async def measure_level(
     return level, result.records
 
 
-async def run_target(
-    target: BenchTarget,
+async def run_round(
+    selected: Sequence[BenchTarget],
     stack: Stack,
     cfg: BenchConfig,
     workload: Workload,
     prompts: Sequence[Prompt],
     workdir: Path,
     round_no: int = 1,
-) -> TargetOutcome:
-    levels: list[LevelResult] = []
-    records: dict[int, tuple[RequestRecord, ...]] = {}
-    try:
-        async with start_target(target, stack, cfg, workload, workdir) as running:
-            for c in cfg.concurrencies:
-                level, recs = await measure_level(running, target, prompts, c, cfg, stack, round_no)
-                levels.append(level)
-                records[c] = recs
-    except Exception as exc:  # the report says why a target did not run; the others still do
-        reason = f"{type(exc).__name__}: {exc}"
-        log.error("%s unavailable in round %d: %s", target.key, round_no, reason)
-        return TargetOutcome(target, tuple(levels), unavailable=reason, records=records, round=round_no)
-    return TargetOutcome(target, tuple(levels), records=records, round=round_no)
+) -> list[TargetOutcome]:
+    """One round, level by level: every target is started first, then each concurrency is measured
+    on every target in turn. The targets compared at a level are so measured seconds apart rather
+    than minutes: this shared machine's speed drifts by tens of percent over minutes (the load
+    generator's own CPU per token, for the same work, moved that much between rounds), which target
+    by target ordering turned into differences between targets. Targets not being measured idle."""
+    levels: dict[str, list[LevelResult]] = {t.key: [] for t in selected}
+    records: dict[str, dict[int, tuple[RequestRecord, ...]]] = {t.key: {} for t in selected}
+    failed: dict[str, str] = {}
+    running: dict[str, Running] = {}
+
+    def fail(target: BenchTarget, exc: Exception) -> None:
+        # The report says why a target did not run; the others still do.
+        failed[target.key] = f"{type(exc).__name__}: {exc}"
+        log.error("%s unavailable in round %d: %s", target.key, round_no, failed[target.key])
+
+    async with contextlib.AsyncExitStack() as started:
+        for target in selected:
+            log.info("round %d/%d: starting %s", round_no, cfg.repeats, target.label)
+            try:
+                running[target.key] = await started.enter_async_context(
+                    start_target(target, stack, cfg, workload, workdir)
+                )
+            except Exception as exc:
+                fail(target, exc)
+        for c in cfg.concurrencies:
+            for target in selected:
+                if target.key in failed:
+                    continue
+                try:
+                    level, recs = await measure_level(
+                        running[target.key], target, prompts, c, cfg, stack, round_no
+                    )
+                except Exception as exc:
+                    fail(target, exc)
+                    continue
+                levels[target.key].append(level)
+                records[target.key][c] = recs
+    return [
+        TargetOutcome(
+            t, tuple(levels[t.key]), unavailable=failed.get(t.key), records=records[t.key], round=round_no
+        )
+        for t in selected
+    ]
 
 
 # ------------------------------------------------------------------------------------------ reporting
@@ -709,8 +740,9 @@ def rounds_line(n: int) -> str:
             "for an even count)"
         )
     return (
-        f"Rounds: {n}, interleaved (round r runs every target through every concurrency in turn; one "
-        f"Triton for all rounds); {what}. The `vs (a)` and `- (a)` columns compare medians: each target's "
+        f"Rounds: {n} (a round starts every target, then runs each concurrency on every target in turn, "
+        "so the figures compared at a level are taken seconds apart; one Triton for all rounds); "
+        f"{what}. The `vs (a)` and `- (a)` columns compare medians: each target's "
         "median first, then its ratio (or difference) to (a)'s median, not the median of per-round ratios. "
         "ok/req and errors are summed over the rounds. Per-round figures: bench_rounds.csv, bench.json."
     )
@@ -914,14 +946,12 @@ async def run_bench(cfg: BenchConfig, out: Path) -> str:
     with start_stack(cfg, workdir) as stack:
         biggest = max(cfg.min_requests, max(cfg.concurrencies) * cfg.requests_per_stream) + cfg.warmup
         prompts = synthetic_prompts(biggest, cfg.prompt_tokens, seed=1, tokenizer_dir=stack.tokenizer_dir)
-        # Interleaved rounds: every target once per round, so a drift of the shared machine over the
-        # run hits all targets alike instead of whichever ran last. One stack for all rounds.
+        # Interleaved rounds, each level by level across the targets (see run_round), so a drift of
+        # the shared machine over the run hits all targets alike. One stack for all rounds.
         for r in range(1, cfg.repeats + 1):
             round_dir = workdir if cfg.repeats == 1 else workdir / f"round{r}"
             round_dir.mkdir(parents=True, exist_ok=True)
-            for target in selected:
-                log.info("round %d/%d, target %s: %s", r, cfg.repeats, target.key, target.label)
-                outcomes.append(await run_target(target, stack, cfg, workload, prompts, round_dir, r))
+            outcomes.extend(await run_round(selected, stack, cfg, workload, prompts, round_dir, r))
         if cfg.soak_streams:
             soak = await run_soak(stack, cfg, workdir)
     return write_report(out, cfg, outcomes, soak)

@@ -315,7 +315,7 @@ def test_median_summary_for_the_plots():
 def test_write_report_with_rounds_states_them_and_keeps_every_round(tmp_path):
     text = write_report(tmp_path, BenchConfig(), three_rounds(), soak=None)
     header = text.split("\n\n| target")[0]
-    assert "Rounds: 3, interleaved" in header
+    assert "Rounds: 3 (a round starts every target" in header
     assert "each cell is the median over the 3 rounds" in header
     assert "compare medians" in header
     assert "## Spread across rounds" in text
@@ -345,7 +345,7 @@ def test_write_report_with_rounds_states_them_and_keeps_every_round(tmp_path):
 
 def test_a_single_round_report_says_so_and_has_no_spread_table(tmp_path):
     text = write_report(tmp_path, BenchConfig.quick(), outcomes(), soak=None)
-    assert "Rounds: 1, interleaved" in text
+    assert "Rounds: 1 (a round starts every target" in text
     assert "`--repeat N` for medians over N" in text
     assert "Spread across rounds" not in text
     assert "[1/1 rounds]" not in text
@@ -370,3 +370,59 @@ def test_repeat_and_quick_set_the_rounds(argv, repeats):
 def test_repeat_must_be_positive():
     with pytest.raises(SystemExit):
         config_from_args(build_parser().parse_args(["--repeat", "0"]))
+
+
+async def test_a_round_measures_each_level_on_every_target_before_the_next_level(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import contextlib
+
+    from loadtest import bench
+
+    events: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def fake_start(target, stack, cfg, workload, workdir):  # type: ignore[no-untyped-def]
+        if target.key == "litellm":
+            raise OSError("not installable here")
+        events.append(f"start {target.key}")
+        yield bench.Running(client=None, pid=0, include_children=False, measured="fake")  # type: ignore[arg-type]
+        events.append(f"stop {target.key}")
+
+    async def fake_measure(running, target, prompts, c, cfg, stack, round_no):  # type: ignore[no-untyped-def]
+        events.append(f"{target.key} c={c}")
+        if target.key == "triton-http" and c == 16:
+            raise RuntimeError("lost")
+        records = (RequestRecord(start=0.0, end=1.0, chunk_times=(0.5,), output_tokens=1),)
+        summary = summarize(records, label="x", mode="concurrency", load=c)
+        level = bench.LevelResult(target.key, target.label, c, summary, 1.0, 1.0, 1.0, "fake", round_no)
+        return level, records
+
+    monkeypatch.setattr(bench, "start_target", fake_start)
+    monkeypatch.setattr(bench, "measure_level", fake_measure)
+    cfg = bench.BenchConfig(concurrencies=(1, 16))
+    stack = bench.Stack("h:1", "http://h:2", str(tmp_path), None)
+    selected = [t for t in bench.TARGETS if t.key in ("grpc", "gateway", "triton-http", "litellm")]
+    outcomes = await bench.run_round(selected, stack, cfg, None, [], tmp_path, 2)  # type: ignore[arg-type]
+
+    assert events == [
+        "start grpc",
+        "start gateway",
+        "start triton-http",
+        "grpc c=1",
+        "gateway c=1",
+        "triton-http c=1",
+        "grpc c=16",
+        "gateway c=16",
+        "triton-http c=16",
+        "stop triton-http",
+        "stop gateway",
+        "stop grpc",
+    ]
+    by_key = {o.target.key: o for o in outcomes}
+    assert [lv.concurrency for lv in by_key["gateway"].levels] == [1, 16] and by_key["gateway"].round == 2
+    assert by_key["gateway"].unavailable is None
+    assert by_key["litellm"].unavailable == "OSError: not installable here" and not by_key["litellm"].levels
+    # A target that fails mid-round keeps the levels it measured and is not tried again this round.
+    assert [lv.concurrency for lv in by_key["triton-http"].levels] == [1]
+    assert by_key["triton-http"].unavailable == "RuntimeError: lost"
