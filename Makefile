@@ -33,7 +33,7 @@ typecheck: install
 
 check: lint typecheck
 
-# ~13 min: 3 interleaved rounds, cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
+# ~16 min: 3 rounds, each level measured on every target back to back; cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
 bench: install
 	$(PY) -m loadtest.bench $(BENCH_ARGS)
 
