@@ -250,23 +250,23 @@ def parse_response(response: Any) -> ParsedResponse:
     for pos, output in enumerate(outputs):
         if pos >= count:
             break
+        raw = raw_contents[pos]
         name = output.name
         if name == c.OUTPUT_IDS:
-            ids = tuple(array("i", raw_contents[pos]))
+            ids = tuple(array("i", raw))
         elif name == c.TEXT_OUTPUT:
-            text_raw = raw_contents[pos]
+            text_raw = raw
         elif name == c.SEQUENCE_LENGTH:
-            seq_len = _int32(raw_contents[pos])
+            seq_len = _int32(raw)
         elif name == c.SEQUENCE_INDEX:
-            index = _int32(raw_contents[pos]) or 0
+            index = _int32(raw) or 0
         elif name == c.NUM_OUTPUT_TOKENS:
-            n_out = _int32(raw_contents[pos])
+            n_out = _int32(raw)
         elif name == c.NUM_INPUT_TOKENS:
-            n_in = _int32(raw_contents[pos])
+            n_in = _int32(raw)
         elif name == c.OUTPUT_LOG_PROBS:
-            log_probs = tuple(array("f", raw_contents[pos]))
+            log_probs = tuple(array("f", raw))
         elif name == c.GENERATION_LOGITS:
-            raw = raw_contents[pos]
             dtype = np.float16 if output.datatype == "FP16" else np.float32
             vocab = int(output.shape[-1]) if output.shape else 0
             logits = np.frombuffer(raw, dtype=dtype).reshape(-1, vocab) if vocab else None
