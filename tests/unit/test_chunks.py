@@ -20,19 +20,22 @@ logprobs = st.none() | st.fixed_dictionaries(
 )
 
 
+# What every chunk of a response shares, and one choice's index, text and log probabilities.
+CHUNK = {
+    "rid": names,
+    "model": names,
+    "created": st.integers(0, 2**40),
+    "index": st.integers(0, 10_000),
+    "text": st.text(),
+    "lp": logprobs,
+}
+
+
 def frame(obj: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-@given(
-    rid=names,
-    model=names,
-    created=st.integers(0, 2**40),
-    index=st.integers(0, 10_000),
-    text=st.text(),
-    reason=st.sampled_from([None, "stop", "length"]),
-    lp=logprobs,
-)
+@given(**CHUNK, reason=st.sampled_from([None, "stop", "length"]))
 def test_a_completion_text_chunk_is_the_dumped_chunk_dict(
     rid: str, model: str, created: int, index: int, text: str, reason: str | None, lp: dict[str, Any] | None
 ) -> None:
@@ -43,15 +46,7 @@ def test_a_completion_text_chunk_is_the_dumped_chunk_dict(
     assert orjson.loads(chunk[len(b"data: ") :])["choices"][0]["text"] == text
 
 
-@given(
-    rid=names,
-    model=names,
-    created=st.integers(0, 2**40),
-    index=st.integers(0, 10_000),
-    text=st.text(),
-    lp=logprobs,
-    usage=st.booleans(),
-)
+@given(**CHUNK, usage=st.booleans())
 def test_a_chat_content_chunk_is_the_dumped_chunk_dict(
     rid: str, model: str, created: int, index: int, text: str, lp: dict[str, Any] | None, usage: bool
 ) -> None:
