@@ -7,6 +7,7 @@ request inside Triton, which the TensorRT-LLM backend notices within cancellatio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator
@@ -177,13 +178,6 @@ class TritonEngine:
             num_sequences=num_sequences,
             stream=streaming,
         )
-        written = asyncio.Event()
-
-        async def requests() -> AsyncIterator[service_pb2.ModelInferRequest]:
-            yield infer_request
-            # Keep our side of the stream open until the final response: half-closing early is
-            # not needed and some proxies treat it as the end of the call.
-            await written.wait()
 
         strip = 0 if (streaming or c.EXCLUDE_INPUT_IN_OUTPUT in contract.inputs) else len(request.prompt_ids)
         tried: list[Endpoint] = []
@@ -191,14 +185,13 @@ class TritonEngine:
             endpoint = self._pool.pick(tried)
             tried.append(endpoint)
             first = True
-            written.clear()
             endpoint.outstanding += 1
             span = tracing.start_span(
                 "triton.infer", model=self._model, endpoint=endpoint.url, request_id=triton_id
             )
             try:
                 async for parsed in self._call(
-                    endpoint, requests(), written, single=not streaming, request_id=triton_id, span=span
+                    endpoint, infer_request, single=not streaming, request_id=triton_id, span=span
                 ):
                     if first:
                         self._pool.succeeded(endpoint)
@@ -238,18 +231,22 @@ class TritonEngine:
     async def _call(
         self,
         endpoint: Endpoint,
-        requests: AsyncIterator[service_pb2.ModelInferRequest],
-        written: asyncio.Event,
+        request: service_pb2.ModelInferRequest,
         *,
         single: bool,
         request_id: str,
         span: tracing.Span,
     ) -> AsyncIterator[ParsedResponse]:
         """One gRPC stream: parsed responses until the final one. Closing it early cancels the call."""
-        call = endpoint.connection.stub.ModelStreamInfer(requests, metadata=span.grpc_metadata())
+        connection = endpoint.connection
+        call = connection.open_stream(span.grpc_metadata())
         finished = False
         started = False
         try:
+            with contextlib.suppress(asyncio.InvalidStateError):
+                # Raised when the call has already ended (Triton unreachable): reading it below
+                # raises the call's own status, like any failed call.
+                await call.write(request)
             async for response in call:
                 if response.error_message:
                     raise rpc_error(response.error_message, self._model)
@@ -268,8 +265,11 @@ class TritonEngine:
                 self._pool.failed(endpoint, "lost mid-stream")
             raise rpc_error(exc, self._model) from None
         finally:
-            written.set()
-            if not finished:
+            if finished:
+                # Our side stays open until the final response (half-closing early is not needed
+                # and some proxies take it as the end of the call), then closes like any client's.
+                connection.end_stream(call)
+            else:
                 call.cancel()
                 if self._stop_model is not None and started:
                     self._send_stop(endpoint, request_id)

@@ -3,6 +3,7 @@ record of what it received (requests and their gRPC metadata)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -33,6 +34,9 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
     tokens: list[int]
     requests: list[service_pb2.ModelInferRequest] = field(default_factory=list)
     metadata: list[dict[str, str]] = field(default_factory=list)
+    # Streams opened, and those the client ended before writing a request on them.
+    streams: int = 0
+    cancelled_unused: int = 0
 
     async def ServerReady(self, request, context):
         return service_pb2.ServerReadyResponse(ready=True)
@@ -47,8 +51,16 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator, context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
+        self.streams += 1
         self.metadata.append({k: v for k, v in context.invocation_metadata()})
-        request = await anext(aiter(request_iterator))
+        try:
+            request = await anext(aiter(request_iterator))
+        except asyncio.CancelledError:
+            self.cancelled_unused += 1
+            raise
+        except StopAsyncIteration:  # how a cancelled call can look from here too
+            self.cancelled_unused += 1
+            return
         self.requests.append(request)
         for token in self.tokens:
             response = service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
@@ -62,9 +74,9 @@ class FakeTriton(service_pb2_grpc.GRPCInferenceServiceServicer):
         yield service_pb2.ModelStreamInferResponse(infer_response=final)
 
 
-async def start_fake_triton(servicer: FakeTriton) -> tuple[grpc.aio.Server, str]:
+async def start_fake_triton(servicer: FakeTriton, port: int = 0) -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     return server, f"127.0.0.1:{port}"
