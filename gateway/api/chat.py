@@ -16,5 +16,5 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     service = request.app.state.chat
     prepared = await service.prepare(body, timeout_s=client_timeout(request))
     if body.stream:
-        return event_stream(request, service.stream(prepared))
+        return await event_stream(request, service.stream(prepared))
     return await until_disconnect(request, service.create(prepared))

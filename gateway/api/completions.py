@@ -16,5 +16,5 @@ async def create_completion(body: CompletionRequest, request: Request) -> Any:
     service = request.app.state.completions
     prepared, echoes = await service.prepare(body, timeout_s=client_timeout(request))
     if body.stream:
-        return event_stream(request, service.stream(prepared, echoes))
+        return await event_stream(request, service.stream(prepared, echoes))
     return await until_disconnect(request, service.create(prepared, echoes))

@@ -63,12 +63,12 @@ class _EventStream(EventSourceResponse):
             await self._events.aclose()
 
 
-def event_stream(request: Request, events: AsyncGenerator[bytes, None]) -> EventSourceResponse:
+async def event_stream(request: Request, events: AsyncGenerator[bytes, None]) -> EventSourceResponse:
     """Streams finished SSE events (`data: ...` frames, see serving.chunks); sse-starlette adds
     the keep-alive pings, and when the client goes away it cancels the task that iterates
     `events`, which closes the engine stream and so cancels the Triton request."""
     settings = request.app.state.settings
-    return _EventStream(
+    response = _EventStream(
         events,
         sep="\n",
         ping=settings.sse_ping_s,
@@ -76,6 +76,12 @@ def event_stream(request: Request, events: AsyncGenerator[bytes, None]) -> Event
         # (cancelling them cancels their Triton requests).
         shutdown_grace_period=settings.shutdown_grace_s,
     )
+    # One turn of the event loop: the task started for the first event runs until it waits,
+    # which is after it has handed the Triton request to gRPC. Otherwise it would only run once
+    # the response's own set-up (sse-starlette's task group) waits, and the request would wait
+    # for that set-up instead of overlapping with it.
+    await asyncio.sleep(0)
+    return response
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
