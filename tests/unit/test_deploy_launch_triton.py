@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shlex
 import shutil
 import signal
@@ -16,9 +17,11 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -230,7 +233,10 @@ class Stack:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_default_interrupt,
         )  # fmt: skip
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=_pump, args=(self.proc.stderr, self._lines), daemon=True).start()
         return self.proc
 
     def wait_for_line(self, needle: str, timeout: float = 20.0) -> str:
@@ -238,8 +244,12 @@ class Stack:
         deadline = time.monotonic() + timeout
         seen = []
         while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if not line and self.proc.poll() is not None:
+            # Bounded wait for the next line: a script that stops writing fails the test, never hangs it.
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:  # the script closed stderr: it has ended
                 break
             seen.append(line)
             if needle in line:
@@ -256,6 +266,20 @@ class Stack:
         for pid in self.server_pids():
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _default_interrupt() -> None:
+    # A shell cannot trap a signal that was ignored when it started, and a test run started in the
+    # background of a non-interactive shell inherits SIGINT and SIGQUIT ignored: the script under
+    # test must get them as a terminal would give them.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 @pytest.fixture
