@@ -55,71 +55,70 @@ async def fake() -> AsyncIterator[tuple[FakeTriton, grpc.aio.Server, str]]:
     await server.stop(None)
 
 
-async def test_each_request_after_the_first_uses_a_stream_opened_before_it_and_one_stays_open(fake) -> None:
-    servicer, _, url = fake
+@pytest.fixture
+async def connection(fake) -> AsyncIterator[TritonConnection]:
+    _, _, url = fake
     connection = TritonConnection(url, timeout_s=5)
-    try:
-        for i in range(4):
-            assert await _generate(connection, f"r{i}") == TOKENS
-            # The stream for the next request is open on the server before that request exists.
-            await wait_until(lambda i=i: servicer.streams == i + 2)
-        assert [r.id for r in servicer.requests] == ["r0", "r1", "r2", "r3"]
-        assert servicer.cancelled_unused == 0
-    finally:
-        await connection.close()
+    yield connection
+    await connection.close()
+
+
+async def test_each_request_after_the_first_uses_a_stream_opened_before_it_and_one_stays_open(
+    fake, connection: TritonConnection
+) -> None:
+    servicer, _, _ = fake
+    for i in range(4):
+        assert await _generate(connection, f"r{i}") == TOKENS
+        # The stream for the next request is open on the server before that request exists.
+        await wait_until(lambda i=i: servicer.streams == i + 2)
+    assert [r.id for r in servicer.requests] == ["r0", "r1", "r2", "r3"]
+    assert servicer.cancelled_unused == 0
+    await connection.close()
     # Closing the connection ends the open, unused stream without a request.
     await wait_until(lambda: servicer.cancelled_unused == 1)
     assert len(servicer.requests) == 4
 
 
 async def test_an_open_stream_unused_for_its_maximum_age_is_cancelled_and_the_next_request_still_works(
-    fake, monkeypatch: pytest.MonkeyPatch
+    fake, connection: TritonConnection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    servicer, _, url = fake
+    servicer, _, _ = fake
     monkeypatch.setattr(conn_module, "SPARE_STREAM_MAX_AGE_S", 0.05)
-    connection = TritonConnection(url, timeout_s=5)
-    try:
-        assert await _generate(connection, "a") == TOKENS
-        # No open call is left behind on an idle channel (an open call keeps the channel pinging).
-        await wait_until(lambda: servicer.cancelled_unused == 1)
-        assert await _generate(connection, "b") == TOKENS
-        assert [r.id for r in servicer.requests] == ["a", "b"]
-    finally:
-        await connection.close()
+    assert await _generate(connection, "a") == TOKENS
+    # No open call is left behind on an idle channel (an open call keeps the channel pinging).
+    await wait_until(lambda: servicer.cancelled_unused == 1)
+    assert await _generate(connection, "b") == TOKENS
+    assert [r.id for r in servicer.requests] == ["a", "b"]
 
 
-async def test_a_stream_opened_before_triton_restarted_is_not_used(fake) -> None:
+async def test_a_stream_opened_before_triton_restarted_is_not_used(
+    fake, connection: TritonConnection
+) -> None:
     servicer, server, url = fake
-    connection = TritonConnection(url, timeout_s=5)
+    assert await _generate(connection, "before") == TOKENS
+    await wait_until(lambda: servicer.streams == 2)
+    # The open stream dies with the server; the next request must not be written on it.
+    await server.stop(None)
+    server2, _ = await start_fake_triton(servicer, port=int(url.rsplit(":", 1)[1]))
     try:
-        assert await _generate(connection, "before") == TOKENS
-        await wait_until(lambda: servicer.streams == 2)
-        # The open stream dies with the server; the next request must not be written on it.
-        await server.stop(None)
-        server2, _ = await start_fake_triton(servicer, port=int(url.rsplit(":", 1)[1]))
-        try:
-            await _until_ready(connection)
-            assert await _generate(connection, "after") == TOKENS
-        finally:
-            await server2.stop(None)
-        assert [r.id for r in servicer.requests] == ["before", "after"]
+        await _until_ready(connection)
+        assert await _generate(connection, "after") == TOKENS
     finally:
-        await connection.close()
+        await server2.stop(None)
+    assert [r.id for r in servicer.requests] == ["before", "after"]
 
 
-async def test_a_request_with_metadata_gets_a_stream_carrying_it_and_leaves_the_open_one(fake) -> None:
-    servicer, _, url = fake
-    connection = TritonConnection(url, timeout_s=5)
-    try:
-        assert await _generate(connection, "plain") == TOKENS
-        await wait_until(lambda: servicer.streams == 2)
-        traced = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
-        assert await _generate(connection, "traced", traced) == TOKENS
-        assert servicer.metadata[-1]["traceparent"] == traced[0][1]
-        # The stream opened for the next plain request was left for it.
-        assert servicer.streams == 3
-        assert await _generate(connection, "plain2") == TOKENS
-        await wait_until(lambda: servicer.streams == 4)
-        assert [r.id for r in servicer.requests] == ["plain", "traced", "plain2"]
-    finally:
-        await connection.close()
+async def test_a_request_with_metadata_gets_a_stream_carrying_it_and_leaves_the_open_one(
+    fake, connection: TritonConnection
+) -> None:
+    servicer, _, _ = fake
+    assert await _generate(connection, "plain") == TOKENS
+    await wait_until(lambda: servicer.streams == 2)
+    traced = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
+    assert await _generate(connection, "traced", traced) == TOKENS
+    assert servicer.metadata[-1]["traceparent"] == traced[0][1]
+    # The stream opened for the next plain request was left for it.
+    assert servicer.streams == 3
+    assert await _generate(connection, "plain2") == TOKENS
+    await wait_until(lambda: servicer.streams == 4)
+    assert [r.id for r in servicer.requests] == ["plain", "traced", "plain2"]
