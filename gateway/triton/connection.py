@@ -55,7 +55,8 @@ class TritonConnection:
         self._channel: grpc.aio.Channel | None = None
         self._stub: service_pb2_grpc.GRPCInferenceServiceStub | None = None
         self._spare: Stream | None = None
-        self._replenishing = False
+        # Cancels the open call if no request takes it in time (cancelled when one does).
+        self._spare_expiry: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
     @property
@@ -76,28 +77,31 @@ class TritonConnection:
         """
         if metadata is not None:
             return self.stub.ModelStreamInfer(metadata=metadata)
-        spare, self._spare = self._spare, None
-        if not self._replenishing:
-            self._replenishing = True
-            asyncio.get_running_loop().call_soon(self._replenish)
+        spare = self._take_spare()
+        # Requests arriving in the same loop turn each schedule this; the first one opens the call.
+        asyncio.get_running_loop().call_soon(self._replenish)
         if spare is not None and not spare.done():
             return spare
         return self.stub.ModelStreamInfer()
 
+    def _take_spare(self) -> Stream | None:
+        spare, self._spare = self._spare, None
+        if self._spare_expiry is not None:
+            self._spare_expiry.cancel()
+            self._spare_expiry = None
+        return spare
+
     def _replenish(self) -> None:
-        self._replenishing = False
         if self._spare is not None or self._channel is None:
             return
-        spare = self._spare = self.stub.ModelStreamInfer()
-        asyncio.get_running_loop().call_later(SPARE_STREAM_MAX_AGE_S, self._retire, spare)
+        self._spare = self.stub.ModelStreamInfer()
+        self._spare_expiry = asyncio.get_running_loop().call_later(SPARE_STREAM_MAX_AGE_S, self._retire)
 
-    def _retire(self, spare: Stream) -> None:
-        current = self._spare
-        if current is None or current is not spare:
-            return  # a request took it
-        self._spare = None
-        # Nothing was written on it: cancelling ends it without a request inside Triton.
-        current.cancel()
+    def _retire(self) -> None:
+        spare = self._take_spare()
+        if spare is not None:
+            # Nothing was written on it: cancelling ends it without a request inside Triton.
+            spare.cancel()
 
     def end_stream(self, call: Stream) -> None:
         """Half-close a call whose request has its final response, as a request iterator's end
@@ -125,9 +129,7 @@ class TritonConnection:
         return response.config
 
     async def close(self) -> None:
-        if self._spare is not None:
-            self._spare.cancel()
-            self._spare = None
+        self._retire()
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
