@@ -5,10 +5,11 @@ from typing import Any
 from fastapi import APIRouter
 
 from gateway.api.errors import ERROR_RESPONSES, Request
+from gateway.api.routing import JsonBodyRoute
 from gateway.api.streaming import client_timeout, event_stream, until_disconnect
 from gateway.protocol.openai import Completion, CompletionRequest
 
-router = APIRouter(responses=ERROR_RESPONSES)
+router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 
 
 @router.post("/v1/completions", response_model=Completion)
