@@ -138,6 +138,10 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        # The gateway makes its own server span, metrics and access line (ObservabilityMiddleware).
+        # FastAPI's native OpenTelemetry would add a second span per request once tracing
+        # configures a provider, and checks whether it is on for every request otherwise.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.metrics = metrics
