@@ -11,7 +11,7 @@ from fastapi import Request
 from sse_starlette import EventSourceResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from gateway.asyncutil import started
+from gateway.asyncutil import Started, started
 from gateway.errors import InvalidRequestError
 
 T = TypeVar("T")
@@ -46,9 +46,9 @@ class _EventStream(EventSourceResponse):
     event per token that scope is a measurable share of the gateway's CPU, so it is skipped when
     no timeout is set (the pinned sse-starlette's `_send_with_timeout` contract)."""
 
-    def __init__(self, events: AsyncGenerator[bytes, None], **options: Any) -> None:
-        self._events = started(events)
-        super().__init__(self._events, **options)
+    def __init__(self, events: Started[bytes], **options: Any) -> None:
+        self._events = events
+        super().__init__(events, **options)
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:
         if self.send_timeout is None:
@@ -67,21 +67,21 @@ async def event_stream(request: Request, events: AsyncGenerator[bytes, None]) ->
     """Streams finished SSE events (`data: ...` frames, see serving.chunks); sse-starlette adds
     the keep-alive pings, and when the client goes away it cancels the task that iterates
     `events`, which closes the engine stream and so cancels the Triton request."""
+    first = started(events)
+    # One turn of the event loop: the task started for the first event runs until it waits,
+    # which is after it has handed the Triton request to gRPC. The response's own set-up (making
+    # it here, sse-starlette's task group later) then overlaps with the engine's work instead of
+    # delaying the request.
+    await asyncio.sleep(0)
     settings = request.app.state.settings
-    response = _EventStream(
-        events,
+    return _EventStream(
+        first,
         sep="\n",
         ping=settings.sse_ping_s,
         # On SIGTERM open streams may finish for this long before they are cancelled
         # (cancelling them cancels their Triton requests).
         shutdown_grace_period=settings.shutdown_grace_s,
     )
-    # One turn of the event loop: the task started for the first event runs until it waits,
-    # which is after it has handed the Triton request to gRPC. Otherwise it would only run once
-    # the response's own set-up (sse-starlette's task group) waits, and the request would wait
-    # for that set-up instead of overlapping with it.
-    await asyncio.sleep(0)
-    return response
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
