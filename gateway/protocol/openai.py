@@ -37,7 +37,8 @@ class _GenerationFields(BaseModel):
     logprobs: Any = None
     logit_bias: dict[str, float] | None = None
     # TensorRT-LLM knobs, as vLLM accepts them in the body ("extra_body" in the SDK).
-    top_k: Annotated[int, Field(ge=0)] | None = None
+    # Sent as an INT32 tensor.
+    top_k: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
     min_tokens: Annotated[int, Field(ge=0)] | None = None
     length_penalty: float | None = None

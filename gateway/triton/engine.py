@@ -38,6 +38,7 @@ class TritonEngine:
         self._engine_model = engine_model
         self._stop_model: str | None = None
         self._contract: c.Contract | None = None
+        self._info: tuple[c.Contract, EngineInfo] | None = None
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
 
@@ -52,7 +53,10 @@ class TritonEngine:
     @property
     def info(self) -> EngineInfo:
         k = self.contract
-        return EngineInfo(
+        # Asked for several times per request: made once per contract learned.
+        if self._info is not None and self._info[0] is k:
+            return self._info[1]
+        info = EngineInfo(
             model=self._model,
             exposes_token_ids=k.exposes_token_ids,
             native_num_sequences=k.native_num_sequences,
@@ -65,6 +69,8 @@ class TritonEngine:
             inputs=k.declared_inputs,
             outputs=k.outputs,
         )
+        self._info = (k, info)
+        return info
 
     async def introspect(self) -> c.Contract:
         """Read the model config (and whether its composing models are decoupled) over gRPC."""

@@ -6,6 +6,7 @@ call and allocates arrays; a streamed token needs a handful of bytes read once.
 
 from __future__ import annotations
 
+import functools
 import struct
 from array import array
 from collections.abc import Iterable
@@ -21,19 +22,39 @@ from gateway.triton import contract as c
 _U32 = struct.Struct("<I")
 
 
+@functools.lru_cache(maxsize=1024)
+def _header(name: str, dtype: str, shape: tuple[int, ...]) -> service_pb2.ModelInferRequest.InferInputTensor:
+    # Appending a finished header copies it in C: half the cost of setting its fields from Python,
+    # for each of the dozen tensors of every request.
+    return service_pb2.ModelInferRequest.InferInputTensor(name=name, datatype=dtype, shape=shape)
+
+
 def _tensor(
     request: service_pb2.ModelInferRequest, name: str, dtype: str, shape: list[int], raw: bytes
 ) -> None:
-    tensor = request.inputs.add()
-    tensor.name = name
-    tensor.datatype = dtype
-    tensor.shape.extend(shape)
+    request.inputs.append(_header(name, dtype, tuple(shape)))
     request.raw_input_contents.append(raw)
 
 
+# Little-endian packing of one value, as numpy's tobytes gives it, at a tenth of the cost.
+_PACK = {
+    "BOOL": struct.Struct("<?").pack,
+    "INT32": struct.Struct("<i").pack,
+    "INT64": struct.Struct("<q").pack,
+    "UINT64": struct.Struct("<Q").pack,
+    "FP32": struct.Struct("<f").pack,
+}
+
+
 def _scalar(request: service_pb2.ModelInferRequest, spec: c.TensorSpec, value: Any) -> None:
-    raw = np.array([[value]], dtype=spec.np_dtype).tobytes()
-    _tensor(request, spec.name, spec.triton_dtype, [1, 1], raw)
+    pack = _PACK.get(spec.triton_dtype)
+    try:
+        raw = pack(value) if pack is not None else np.array([[value]], dtype=spec.np_dtype).tobytes()
+    except (struct.error, OverflowError):
+        # Out of the type's range: numpy's conversion (wrapping, or inf) as before.
+        raw = np.array([[value]], dtype=spec.np_dtype).tobytes()
+    request.inputs.append(_header(spec.name, spec.triton_dtype, (1, 1)))
+    request.raw_input_contents.append(raw)
 
 
 def _strings(request: service_pb2.ModelInferRequest, spec: c.TensorSpec, values: Iterable[str]) -> None:
