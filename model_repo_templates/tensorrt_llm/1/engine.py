@@ -537,13 +537,21 @@ class Engine:
     def _loop(self) -> None:
         next_step = time.monotonic()
         while True:
+            idle = False
             with self._lock:
                 while self._running and not self._active and not self._pending:
+                    idle = True
                     self._lock.wait()
                 if not self._running:
                     return
             if self._runner is None and self._step_s > 0:
                 # Synthetic pacing: a fixed step interval, like a real engine's per-iteration latency.
+                if idle:
+                    # An idle engine starts its next step when a request arrives, so the first
+                    # token comes one step after it. Keeping the interval of the steps before the
+                    # idle time would make time to first token depend on when the previous
+                    # request ended: a client that is slower between requests would wait less.
+                    next_step = time.monotonic() + self._step_s
                 delay = next_step - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
