@@ -40,6 +40,7 @@ def assert_error(r, status: int, *, param: str | None = ..., code: str | None = 
         ({"messages": USER}, "model"),
         ({"model": "tiny", "messages": USER, "stop": 5}, "stop"),
         ({"model": "tiny", "messages": USER, "stream": "yes please"}, "stream"),
+        ({"model": "tiny", "messages": USER, "top_k": 2**31}, "top_k"),
     ],
 )
 async def test_invalid_chat_fields_are_400_naming_the_param(
@@ -63,6 +64,26 @@ async def test_malformed_json_is_400(make_client: MakeClient) -> None:
     assert_error(r, 400)
     r = await client.post("/v1/completions", content=b"[1, 2]", headers={"content-type": "application/json"})
     assert_error(r, 400)
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+async def test_a_body_not_sent_as_json_is_400_saying_so(
+    make_client: MakeClient, content_type: str | None
+) -> None:
+    client, engine = await make_client()
+    body = b'{"model": "tiny", "prompt": "hi", "max_tokens": 2}'
+    headers = {"content-type": content_type} if content_type else {}
+    if content_type is None:
+        # httpx sends no content type for raw bytes.
+        assert "content-type" not in client.build_request("POST", "/v1/completions", content=body).headers
+    error = assert_error(await client.post("/v1/completions", content=body, headers=headers), 400, param=None)
+    assert "Content-Type: application/json" in error["message"]
+    assert engine.requests == []
+    # A JSON subtype with parameters is JSON.
+    ok = await client.post(
+        "/v1/completions", content=body, headers={"content-type": "application/json; charset=utf-8"}
+    )
+    assert ok.status_code == 200, ok.text
 
 
 async def test_unknown_model_is_404_model_not_found(make_client: MakeClient) -> None:
