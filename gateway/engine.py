@@ -89,6 +89,10 @@ class EngineInfo:
     logprobs: bool = False
     top_logprobs: bool = False
     logit_bias: bool = False
+    # Whether requests must carry the prompt's token ids (the engine route sends them; a
+    # non-streaming result that repeats the prompt is cut by their count). If not, the serving
+    # layer may send a request before it has tokenized the prompt.
+    needs_prompt_ids: bool = True
     inputs: frozenset[str] = field(default_factory=frozenset)
     outputs: frozenset[str] = field(default_factory=frozenset)
 

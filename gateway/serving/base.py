@@ -33,6 +33,7 @@ from gateway.serving.generate import (
 )
 from gateway.serving.params import RequestLimits
 from gateway.serving.registry import ModelRegistry, ModelRuntime
+from gateway.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,17 @@ class Generation:
     request: GenerationRequest
     choices: list[ChoiceState]
     totals: GenerationTotals
+    # A prompt sent before it was tokenized (see prompt_budget): its text and whether special
+    # tokens are added, counted when the count is first asked for, at the end of the response.
+    uncounted: tuple[Tokenizer, str, bool] | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        if self.totals.prompt_tokens is None:
+            assert self.uncounted is not None, "a prompt is counted up front or later, never neither"
+            tokenizer, text, add_special = self.uncounted
+            self.totals.prompt_tokens = len(tokenizer.encode(text, add_special_tokens=add_special))
+        return self.totals.prompt_tokens
 
 
 @dataclass(slots=True)
@@ -67,7 +79,7 @@ class PreparedRequest:
 
     @property
     def prompt_tokens(self) -> int:
-        return sum(g.totals.prompt_tokens for g in self.generations)
+        return sum(g.prompt_tokens for g in self.generations)
 
     @property
     def completion_tokens(self) -> int:
@@ -106,6 +118,38 @@ def token_options(
     return alternatives, p.logit_bias(logit_bias, runtime.vocab_size, supported=info.logit_bias)
 
 
+def prompt_budget(
+    runtime: ModelRuntime,
+    text: str,
+    *,
+    add_special_tokens: bool,
+    requested: int | None,
+    param: str,
+    limits: RequestLimits,
+) -> tuple[list[int] | None, int]:
+    """The prompt's token ids and the request's max_tokens, checked against every limit.
+
+    Encoding a prompt is a good part of the gateway's time before the engine request goes out.
+    When the engine does not need the ids and an upper bound on their count already proves every
+    limit holds and fixes max_tokens, the ids are None: the request goes out first and the prompt
+    is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
+    errors included."""
+    tokenizer = runtime.tokenizer
+    if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
+        bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
+        if bound is not None:
+            try:
+                budget = p.resolve_max_tokens(
+                    requested, bound, runtime.max_model_len, param=param, limits=limits
+                )
+            except InvalidRequestError:
+                pass  # Near a limit, or over it: the exact count decides, and names it.
+            else:
+                return None, budget
+    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    return ids, p.resolve_max_tokens(requested, len(ids), runtime.max_model_len, param=param, limits=limits)
+
+
 def stream_failure(exc: Exception) -> bytes:
     """The one error event a failed stream ends with (before [DONE]), logged by severity."""
     error = to_gateway_error(exc)
@@ -122,8 +166,9 @@ def build_generation(
     *,
     request_id: str,
     prompt_text: str,
-    prompt_ids: Sequence[int],
+    prompt_ids: Sequence[int] | None,
     params: SamplingParams,
+    add_special_tokens: bool = True,
     n: int,
     stops: Sequence[str],
     first_index: int,
@@ -131,13 +176,14 @@ def build_generation(
     logprobs: int | None = None,
     logit_bias: tuple[tuple[int, float], ...] = (),
 ) -> Generation:
-    if not prompt_ids:
+    # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
+    if prompt_ids is not None and not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
     info = runtime.tokenizer.info
     request = GenerationRequest(
         request_id=request_id,
         prompt_text=prompt_text,
-        prompt_ids=tuple(prompt_ids),
+        prompt_ids=() if prompt_ids is None else tuple(prompt_ids),
         params=params,
         num_sequences=n,
         end_id=info.eos_token_id,
@@ -156,6 +202,9 @@ def build_generation(
         first_index=first_index,
         stops=stops,
     )
+    if prompt_ids is None:
+        uncounted = (runtime.tokenizer, prompt_text, add_special_tokens)
+        return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted)
     return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)))
 
 

@@ -26,6 +26,7 @@ from gateway.serving.base import (
     build_generation,
     events,
     new_id,
+    prompt_budget,
     stream_failure,
     token_options,
 )
@@ -59,16 +60,21 @@ class ChatService(GenerationService):
         template_kwargs = dict(body.chat_template_kwargs or {})
         if plan.template_tools is not None:
             template_kwargs["tools"] = plan.template_tools
-        with tracing.span("tokenize", model=runtime.name):
-            prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
-            # Chat templates write BOS themselves; the stock preprocessing still adds special
-            # tokens, and the count must match what the engine sees.
-            ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        max_tokens = p.resolve_max_tokens(
-            requested, len(ids), runtime.max_model_len, param=param, limits=self._limits
-        )
+        # Chat templates write BOS themselves; the stock preprocessing still adds special tokens,
+        # and the count must match what the engine sees.
+        add_special = runtime.config.add_special_tokens
+        with tracing.span("tokenize", model=runtime.name):
+            prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
+            ids, max_tokens = prompt_budget(
+                runtime,
+                prompt,
+                add_special_tokens=add_special,
+                requested=requested,
+                param=param,
+                limits=self._limits,
+            )
         logprobs, bias = token_options(
             runtime,
             logprobs=bool(body.logprobs),
@@ -82,6 +88,7 @@ class ChatService(GenerationService):
             request_id=response_id,
             prompt_text=prompt,
             prompt_ids=ids,
+            add_special_tokens=add_special,
             params=p.sampling_params(body, max_tokens, n),
             n=n,
             stops=stops,

@@ -16,6 +16,7 @@ from gateway.serving.base import (
     build_generation,
     events,
     new_id,
+    prompt_budget,
     stream_failure,
     token_options,
 )
@@ -35,7 +36,7 @@ class CompletionService(GenerationService):
         n = p.choose_n(body.n, self._limits)
         stops = p.stop_strings(body.stop, self._limits)
         with tracing.span("tokenize", model=runtime.name):
-            prompts = _prompts(runtime, body)
+            prompts = _prompts(runtime, body, self._limits)
         logprobs, bias = token_options(
             runtime,
             logprobs=body.logprobs is not None,
@@ -46,16 +47,14 @@ class CompletionService(GenerationService):
         response_id = new_id("cmpl")
         generations = []
         echoes = []
-        for i, (text, ids) in enumerate(prompts):
-            max_tokens = p.resolve_max_tokens(
-                body.max_tokens, len(ids), runtime.max_model_len, param="max_tokens", limits=self._limits
-            )
+        for i, (text, ids, max_tokens) in enumerate(prompts):
             generations.append(
                 build_generation(
                     runtime,
                     request_id=f"{response_id}-{i}",
                     prompt_text=text,
                     prompt_ids=ids,
+                    add_special_tokens=runtime.config.add_special_tokens,
                     params=p.sampling_params(body, max_tokens, n),
                     n=n,
                     stops=stops,
@@ -142,17 +141,29 @@ def _usage(prepared: PreparedRequest) -> CompletionUsage:
     )
 
 
-def _prompts(runtime: ModelRuntime, body: CompletionRequest) -> list[tuple[str, list[int]]]:
+def _prompts(
+    runtime: ModelRuntime, body: CompletionRequest, limits: p.RequestLimits
+) -> list[tuple[str, list[int] | None, int]]:
+    """Each prompt's text, token ids (None: counted later, see prompt_budget) and max_tokens."""
     tok = runtime.tokenizer
     prompt = body.prompt
     add_special = runtime.config.add_special_tokens
-    if isinstance(prompt, str):
-        return [(prompt, tok.encode(prompt, add_special_tokens=add_special))]
-    if not prompt:
+    if not prompt and not isinstance(prompt, str):
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
-    if isinstance(prompt[0], str):
-        texts = cast(list[str], prompt)
-        return [(s, tok.encode(s, add_special_tokens=add_special)) for s in texts]
+    if isinstance(prompt, str) or isinstance(prompt[0], str):
+        texts = [prompt] if isinstance(prompt, str) else cast(list[str], prompt)
+        out: list[tuple[str, list[int] | None, int]] = []
+        for text in texts:
+            ids, max_tokens = prompt_budget(
+                runtime,
+                text,
+                add_special_tokens=add_special,
+                requested=body.max_tokens,
+                param="max_tokens",
+                limits=limits,
+            )
+            out.append((text, ids, max_tokens))
+        return out
     id_lists = [cast(list[int], prompt)] if isinstance(prompt[0], int) else cast(list[list[int]], prompt)
     out = []
     for ids in id_lists:
@@ -160,5 +171,8 @@ def _prompts(runtime: ModelRuntime, body: CompletionRequest) -> list[tuple[str, 
         if bad is not None:
             raise InvalidRequestError(f"token id {bad} is outside the vocabulary", param="prompt")
         # The ensemble tokenizes text itself; ids it is given are sent as their text.
-        out.append((tok.decode(ids, skip_special_tokens=False), list(ids)))
+        max_tokens = p.resolve_max_tokens(
+            body.max_tokens, len(ids), runtime.max_model_len, param="max_tokens", limits=limits
+        )
+        out.append((tok.decode(ids, skip_special_tokens=False), list(ids), max_tokens))
     return out

@@ -143,7 +143,8 @@ def make_choices(
 
 @dataclass(slots=True)
 class GenerationTotals:
-    prompt_tokens: int
+    # None until known: the engine reports it, or the gateway counts it (base.Generation).
+    prompt_tokens: int | None
     # Every choice finished (stop string, end id) before the engine did: its request was cancelled.
     stopped_early: bool = False
 

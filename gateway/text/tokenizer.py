@@ -61,6 +61,10 @@ class Tokenizer:
         self.token_bytes: tuple[bytes, ...] | None = (
             byte_level_table(self._backend) if self._backend is not None else None
         )
+        # See token_bound: the special tokens the template adds to any text, if the bound holds.
+        self._specials_added: int | None = None
+        if self._backend is not None and self.token_bytes is not None and _one_symbol_per_byte(self._backend):
+            self._specials_added = len(self._backend.encode("", add_special_tokens=True).ids)
         how = "by byte table" if self.token_bytes else "by window"
         logger.debug("%s: streamed text decoded %s", path, how)
 
@@ -72,6 +76,18 @@ class Tokenizer:
         if self._backend is not None:
             return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
+
+    def token_bound(self, text: str, *, add_special_tokens: bool = True) -> int | None:
+        """At most how many tokens `text` encodes to, found without encoding it; None where this
+        tokenizer gives no such bound (and for empty text).
+
+        Byte-level BPE with no normalizer turns each byte of the text into one symbol (one more
+        for a prefix space) and every token spans at least one symbol; the template adds a fixed
+        number of special tokens. So the serving layer can know a prompt is within every limit
+        before paying for its encoding."""
+        if self._specials_added is None or not text:
+            return None
+        return len(text.encode()) + 1 + (self._specials_added if add_special_tokens else 0)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         if self._backend is not None:
@@ -111,6 +127,21 @@ class Tokenizer:
                 f"the chat template rejected the messages: {exc}", param="messages"
             ) from None
         return str(rendered)
+
+
+def _one_symbol_per_byte(backend: Any) -> bool:
+    """Whether encoding works on the text's bytes as they are: a BPE model behind a byte-level
+    pre-tokenizer, with no normalizer (NFKC and others can lengthen text) and no truncation."""
+    from tokenizers import models
+
+    pre = backend.pre_tokenizer
+    return (
+        backend.normalizer is None
+        and backend.truncation is None
+        and isinstance(backend.model, models.BPE)
+        and pre is not None
+        and b'"ByteLevel"' in pre.__getstate__()
+    )
 
 
 def _byte_level_alphabet() -> dict[str, int]:

@@ -66,6 +66,9 @@ class TritonEngine:
             logprobs=k.logprobs,
             top_logprobs=k.top_logprobs,
             logit_bias=k.logit_bias,
+            # Mirrors `strip` in _stream: only a whole result that repeats the prompt is cut by it.
+            needs_prompt_ids=k.route == "engine"
+            or not (k.decoupled or c.EXCLUDE_INPUT_IN_OUTPUT in k.inputs),
             inputs=k.declared_inputs,
             outputs=k.outputs,
         )

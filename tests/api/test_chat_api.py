@@ -339,3 +339,17 @@ async def test_logprobs_that_cannot_be_served_are_400(
     client, _ = await make_client(**kwargs)
     r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, **extra})
     assert_error(r, 400, param=param)
+
+
+@pytest.mark.parametrize("needs_ids", [False, True])
+async def test_a_chat_prompt_sent_before_it_is_tokenized_is_counted_the_same(
+    make_client: MakeClient, needs_ids: bool
+) -> None:
+    client, engine = await make_client(needs_prompt_ids=needs_ids)
+    body = {"model": "tiny", "messages": USER, "max_tokens": 4, "stream": True}
+    r = await client.post("/v1/chat/completions", json={**body, "stream_options": {"include_usage": True}})
+    assert r.status_code == 200, r.text
+    request = engine.requests[-1]
+    ids = engine.tokenizer.encode(request.prompt_text)
+    assert request.prompt_ids == (() if not needs_ids else tuple(ids))
+    assert chunks_of(r.text)[-1]["usage"]["prompt_tokens"] == len(ids)

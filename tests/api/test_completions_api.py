@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
+from gateway.text.tokenizer import Tokenizer
 from tests.api.conftest import MakeClient
 from tests.api.test_chat_api import REPLY, chunks_of
 from tests.support.openai_schema import validate
@@ -162,3 +164,53 @@ async def test_completion_logprobs_have_offsets_tokens_and_alternatives(make_cli
         if chunk["choices"][0]["logprobs"]:
             tokens += chunk["choices"][0]["logprobs"]["tokens"]
     assert tokens == logprobs["tokens"]
+
+
+def _usage_of(text: str) -> dict:
+    chunks = chunks_of(text)
+    assert chunks[-1]["choices"] == []
+    return chunks[-1]["usage"]
+
+
+@pytest.mark.parametrize("needs_ids", [False, True])
+async def test_a_prompt_within_every_limit_is_sent_before_it_is_tokenized_and_still_counted(
+    make_client: MakeClient, tiny_bpe_dir: Path, needs_ids: bool
+) -> None:
+    client, engine = await make_client(needs_prompt_ids=needs_ids)
+    prompt = "Hello there, how are you? 你好 🎉"
+    ids = Tokenizer(tiny_bpe_dir).encode(prompt)
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 5, "stream": True}
+    r = await client.post("/v1/completions", json={**body, "stream_options": {"include_usage": True}})
+    assert r.status_code == 200, r.text
+    # An engine that does not need the ids gets none: the count came after the request went out.
+    assert engine.requests[-1].prompt_ids == (() if not needs_ids else tuple(ids))
+    assert _usage_of(r.text)["prompt_tokens"] == len(ids)
+    r = await client.post("/v1/completions", json={**body, "stream": False})
+    assert r.json()["usage"]["prompt_tokens"] == len(ids)
+
+
+async def test_without_max_tokens_the_prompt_is_tokenized_first_for_the_default(
+    make_client: MakeClient, tiny_bpe_dir: Path
+) -> None:
+    client, engine = await make_client()
+    r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "Hello there"})
+    assert r.status_code == 200, r.text
+    assert engine.requests[-1].prompt_ids == tuple(Tokenizer(tiny_bpe_dir).encode("Hello there"))
+
+
+async def test_near_a_limit_the_exact_count_decides(make_client: MakeClient, tiny_bpe_dir: Path) -> None:
+    prompt = "hello world " * 10
+    count = len(Tokenizer(tiny_bpe_dir).encode(prompt))
+    # The byte bound (one token per byte) is over the limit; the prompt itself is not.
+    assert count < len(prompt.encode())
+    client, engine = await make_client(settings={"max_prompt_tokens": count})
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 3}
+    r = await client.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert len(engine.requests[-1].prompt_ids) == count
+    assert r.json()["usage"]["prompt_tokens"] == count
+    client, engine = await make_client(settings={"max_prompt_tokens": count - 1})
+    r = await client.post("/v1/completions", json=body)
+    assert r.status_code == 400, r.text
+    assert f"the prompt has {count} tokens" in r.json()["error"]["message"]
+    assert engine.requests == []

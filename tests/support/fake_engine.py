@@ -22,6 +22,8 @@ class FakeEngine:
     # Whether the engine reports log probabilities (and alternatives); they are scripted values.
     logprobs: bool = True
     logit_bias: bool = True
+    # It never looks at the prompt's ids: requests may go out before the prompt is tokenized.
+    needs_prompt_ids: bool = False
     # Fail after this many deltas (None: never), with this error.
     fail_after: int | None = None
     fail_with: type[Exception] = EngineError
@@ -46,6 +48,7 @@ class FakeEngine:
             logprobs=self.logprobs,
             top_logprobs=self.logprobs,
             logit_bias=self.logit_bias,
+            needs_prompt_ids=self.needs_prompt_ids,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:
