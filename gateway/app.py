@@ -21,6 +21,7 @@ from gateway.api.middleware import (
     BodySizeMiddleware,
     ObservabilityMiddleware,
 )
+from gateway.api.routing import DirectRoutes
 from gateway.config import ServedModel, Settings
 from gateway.engine import Engine
 from gateway.errors import GatewayError
@@ -148,7 +149,9 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
     install_error_handlers(app)
     for router in (completions.router, chat.router, models.router, health.router):
         app.include_router(router)
-    # Starlette wraps in reverse order of adding: observability outermost, admission innermost.
+    # Starlette wraps in reverse order of adding: observability outermost, the direct generation
+    # routes innermost (after admission, so a request holds its slot while it runs).
+    app.add_middleware(DirectRoutes, routes=app.routes, exception_handlers=app.exception_handlers)
     app.add_middleware(
         AdmissionMiddleware,
         max_concurrent=settings.max_concurrent_requests,

@@ -212,3 +212,24 @@ async def test_token_ids_outside_the_vocabulary_are_400(make_client: MakeClient)
     assert_error(
         await client.post("/v1/completions", json={"model": "tiny", "prompt": []}), 400, param="prompt"
     )
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+async def test_a_lone_surrogate_in_the_json_is_a_400_not_a_500(make_client: MakeClient, path: str) -> None:
+    # JSON may escape half a UTF-16 pair; no tokenizer can take the Python string it makes.
+    client, engine = await make_client()
+    text = '"hi \\ud800 there"'
+    body = (
+        f'{{"model": "tiny", "prompt": {text}}}'
+        if path == "/v1/completions"
+        else f'{{"model": "tiny", "messages": [{{"role": "user", "content": {text}}}]}}'
+    )
+    r = await client.post(path, content=body.encode(), headers={"content-type": "application/json"})
+    assert_error(r, 400)
+    assert engine.requests == []
+
+
+async def test_other_methods_on_the_generation_routes_are_405(make_client: MakeClient) -> None:
+    client, _ = await make_client()
+    assert_error(await client.get("/v1/completions"), 405)
+    assert_error(await client.put("/v1/chat/completions", json={}), 405)
