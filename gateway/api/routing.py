@@ -1,4 +1,5 @@
-"""The route class of the generation endpoints: the JSON body straight into its model, no more.
+"""How the generation endpoints are routed: a route class that parses the JSON body straight
+into its model, and a middleware that calls those routes without FastAPI's router.
 
 FastAPI's general request handling (dependency solving, `json.loads` then validation, response
 model checks) cost about 0.1 ms per request here, on the path before the Triton request is sent,
