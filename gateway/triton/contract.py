@@ -164,6 +164,12 @@ class Contract:
         return GUIDE_TYPE in self.inputs and GUIDE in self.inputs
 
     @property
+    def repeats_prompt(self) -> bool:
+        """Whether a result starts with the prompt's ids (cut by their count): only a whole,
+        non-streamed result from a model that cannot be told to exclude the input."""
+        return not (self.decoupled or EXCLUDE_INPUT_IN_OUTPUT in self.inputs)
+
+    @property
     def variant(self) -> str:
         return "legacy" if self.declared_inputs & LEGACY_NAMES else "current"
 

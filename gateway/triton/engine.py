@@ -66,9 +66,7 @@ class TritonEngine:
             logprobs=k.logprobs,
             top_logprobs=k.top_logprobs,
             logit_bias=k.logit_bias,
-            # Mirrors `strip` in _stream: only a whole result that repeats the prompt is cut by it.
-            needs_prompt_ids=k.route == "engine"
-            or not (k.decoupled or c.EXCLUDE_INPUT_IN_OUTPUT in k.inputs),
+            needs_prompt_ids=k.route == "engine" or k.repeats_prompt,
             inputs=k.declared_inputs,
             outputs=k.outputs,
         )
@@ -188,7 +186,7 @@ class TritonEngine:
             stream=streaming,
         )
 
-        strip = 0 if (streaming or c.EXCLUDE_INPUT_IN_OUTPUT in contract.inputs) else len(request.prompt_ids)
+        strip = len(request.prompt_ids) if contract.repeats_prompt else 0
         tried: list[Endpoint] = []
         while True:
             endpoint = self._pool.pick(tried)
