@@ -46,7 +46,7 @@ class Generation:
     choices: list[ChoiceState]
     totals: GenerationTotals
     # A prompt sent before it was tokenized (see prompt_budget): its text and whether special
-    # tokens are added, counted when the count is first asked for, at the end of the response.
+    # tokens are added (the model's setting), counted when first asked for, at the end.
     uncounted: tuple[Tokenizer, str, bool] | None = None
 
     @property
@@ -122,7 +122,6 @@ def prompt_budget(
     runtime: ModelRuntime,
     text: str,
     *,
-    add_special_tokens: bool,
     requested: int | None,
     param: str,
     limits: RequestLimits,
@@ -135,6 +134,9 @@ def prompt_budget(
     is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
     errors included."""
     tokenizer = runtime.tokenizer
+    # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
+    # count must match what the engine sees.
+    add_special_tokens = runtime.config.add_special_tokens
     if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
         bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
         if bound is not None:
@@ -168,7 +170,6 @@ def build_generation(
     prompt_text: str,
     prompt_ids: Sequence[int] | None,
     params: SamplingParams,
-    add_special_tokens: bool = True,
     n: int,
     stops: Sequence[str],
     first_index: int,
@@ -203,7 +204,7 @@ def build_generation(
         stops=stops,
     )
     if prompt_ids is None:
-        uncounted = (runtime.tokenizer, prompt_text, add_special_tokens)
+        uncounted = (runtime.tokenizer, prompt_text, runtime.config.add_special_tokens)
         return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted)
     return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)))
 

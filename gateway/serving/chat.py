@@ -62,18 +62,10 @@ class ChatService(GenerationService):
             template_kwargs["tools"] = plan.template_tools
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-        # Chat templates write BOS themselves; the stock preprocessing still adds special tokens,
-        # and the count must match what the engine sees.
-        add_special = runtime.config.add_special_tokens
         with tracing.span("tokenize", model=runtime.name):
             prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
             ids, max_tokens = prompt_budget(
-                runtime,
-                prompt,
-                add_special_tokens=add_special,
-                requested=requested,
-                param=param,
-                limits=self._limits,
+                runtime, prompt, requested=requested, param=param, limits=self._limits
             )
         logprobs, bias = token_options(
             runtime,
@@ -88,7 +80,6 @@ class ChatService(GenerationService):
             request_id=response_id,
             prompt_text=prompt,
             prompt_ids=ids,
-            add_special_tokens=add_special,
             params=p.sampling_params(body, max_tokens, n),
             n=n,
             stops=stops,

@@ -54,7 +54,6 @@ class CompletionService(GenerationService):
                     request_id=f"{response_id}-{i}",
                     prompt_text=text,
                     prompt_ids=ids,
-                    add_special_tokens=runtime.config.add_special_tokens,
                     params=p.sampling_params(body, max_tokens, n),
                     n=n,
                     stops=stops,
@@ -147,7 +146,6 @@ def _prompts(
     """Each prompt's text, token ids (None: counted later, see prompt_budget) and max_tokens."""
     tok = runtime.tokenizer
     prompt = body.prompt
-    add_special = runtime.config.add_special_tokens
     if not prompt and not isinstance(prompt, str):
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
     if isinstance(prompt, str) or isinstance(prompt[0], str):
@@ -155,12 +153,7 @@ def _prompts(
         out: list[tuple[str, list[int] | None, int]] = []
         for text in texts:
             ids, max_tokens = prompt_budget(
-                runtime,
-                text,
-                add_special_tokens=add_special,
-                requested=body.max_tokens,
-                param="max_tokens",
-                limits=limits,
+                runtime, text, requested=body.max_tokens, param="max_tokens", limits=limits
             )
             out.append((text, ids, max_tokens))
         return out
