@@ -41,7 +41,7 @@ def _is_json(content_type: str | None) -> bool:
 class JsonBodyRoute(APIRoute):
     """For endpoints shaped `async def f(body: SomeModel, request: Request)`."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    def get_route_handler(self) -> Handler:
         endpoint: Endpoint = self.endpoint
         model: type[BaseModel] = typing.get_type_hints(endpoint)["body"]
 

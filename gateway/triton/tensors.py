@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import struct
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ def _header(name: str, dtype: str, shape: tuple[int, ...]) -> service_pb2.ModelI
 
 
 def _tensor(
-    request: service_pb2.ModelInferRequest, name: str, dtype: str, shape: list[int], raw: bytes
+    request: service_pb2.ModelInferRequest, name: str, dtype: str, shape: Sequence[int], raw: bytes
 ) -> None:
     request.inputs.append(_header(name, dtype, tuple(shape)))
     request.raw_input_contents.append(raw)
@@ -46,15 +46,18 @@ _PACK = {
 }
 
 
+def _numpy_bytes(spec: c.TensorSpec, value: Any) -> bytes:
+    return np.array([[value]], dtype=spec.np_dtype).tobytes()
+
+
 def _scalar(request: service_pb2.ModelInferRequest, spec: c.TensorSpec, value: Any) -> None:
     pack = _PACK.get(spec.triton_dtype)
     try:
-        raw = pack(value) if pack is not None else np.array([[value]], dtype=spec.np_dtype).tobytes()
+        raw = pack(value) if pack is not None else _numpy_bytes(spec, value)
     except (struct.error, OverflowError):
-        # Out of the type's range: numpy's conversion (wrapping, or inf) as before.
-        raw = np.array([[value]], dtype=spec.np_dtype).tobytes()
-    request.inputs.append(_header(spec.name, spec.triton_dtype, (1, 1)))
-    request.raw_input_contents.append(raw)
+        # Out of the type's range: numpy's conversion (wrapping, or inf), as before.
+        raw = _numpy_bytes(spec, value)
+    _tensor(request, spec.name, spec.triton_dtype, (1, 1), raw)
 
 
 def _strings(request: service_pb2.ModelInferRequest, spec: c.TensorSpec, values: Iterable[str]) -> None:
