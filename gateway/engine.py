@@ -48,8 +48,8 @@ class GenerationRequest:
     end_id: int | None = None
     pad_id: int | None = None
     # Extra end-of-generation ids and their token strings (generation_config eos lists).
-    stop_token_ids: tuple[int, ...] = ()
-    stop_token_strings: tuple[str, ...] = ()
+    end_token_ids: tuple[int, ...] = ()
+    end_token_strings: tuple[str, ...] = ()
     # Guided decoding: ("json" | "json_schema" | "regex" | "ebnf_grammar", guide text).
     guide: tuple[str, str] | None = None
     # None: no log probabilities; k >= 0: each token's, with the k most likely alternatives.

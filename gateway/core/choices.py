@@ -123,7 +123,7 @@ def make_choices(
     first_index: int,
     stops: Sequence[str],
 ) -> list[ChoiceState]:
-    end_ids = frozenset(request.stop_token_ids) if not request.params.ignore_eos else frozenset()
+    end_ids = frozenset(request.end_token_ids) if not request.params.ignore_eos else frozenset()
     if request.end_id is not None and not request.params.ignore_eos:
         end_ids |= {request.end_id}
     factory: Callable[[], TextDecoder]

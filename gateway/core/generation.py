@@ -1,4 +1,5 @@
-"""What completions and chat share: turning a prompt into engine requests and choice states."""
+"""What every API's service shares: turning a validated prompt into engine requests and choice
+states, and running them (deadline, metrics, tracing, cancellation)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,7 @@ from dataclasses import dataclass, field
 
 from gateway import tracing
 from gateway.asyncutil import until_deadline
-from gateway.engine import GenerationRequest, SamplingParams
-from gateway.errors import (
-    DeadlineExceededError,
-    EngineError,
-    EngineUnavailableError,
-    InvalidRequestError,
-    to_gateway_error,
-)
-from gateway.metrics import GatewayMetrics, RequestTimer
-from gateway.serving import logprobs as lp
-from gateway.serving import params as p
-from gateway.serving.chunks import error_event
-from gateway.serving.generate import (
+from gateway.core.choices import (
     ChoiceEvent,
     ChoiceState,
     GenerationTotals,
@@ -31,8 +20,18 @@ from gateway.serving.generate import (
     merge,
     run_generation,
 )
-from gateway.serving.params import RequestLimits
-from gateway.serving.registry import ModelRegistry, ModelRuntime
+from gateway.core.models import ModelRegistry, ModelRuntime
+from gateway.core.validation import RequestLimits
+from gateway.engine import GenerationRequest, SamplingParams
+from gateway.errors import (
+    DeadlineExceededError,
+    EngineError,
+    EngineUnavailableError,
+    GatewayError,
+    InvalidRequestError,
+    to_gateway_error,
+)
+from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -97,66 +96,12 @@ class GenerationService:
         self._metrics = metrics
 
 
-def token_options(
-    runtime: ModelRuntime,
-    *,
-    logprobs: bool,
-    top_logprobs: int | None,
-    top_param: str,
-    logit_bias: dict[str, float] | None,
-) -> tuple[int | None, tuple[tuple[int, float], ...]]:
-    """The per-token options both endpoints offer, checked against what the engine can do:
-    (alternatives per token or None, logit bias pairs)."""
-    info = runtime.engine.info
-    alternatives = lp.requested(
-        enabled=logprobs,
-        top=top_logprobs,
-        top_param=top_param,
-        supported=info.logprobs,
-        top_supported=info.top_logprobs,
-    )
-    return alternatives, p.logit_bias(logit_bias, runtime.vocab_size, supported=info.logit_bias)
-
-
-def prompt_budget(
-    runtime: ModelRuntime,
-    text: str,
-    *,
-    requested: int | None,
-    param: str,
-    limits: RequestLimits,
-) -> tuple[list[int] | None, int]:
-    """The prompt's token ids and the request's max_tokens, checked against every limit.
-
-    Encoding a prompt is a good part of the gateway's time before the engine request goes out.
-    When the engine does not need the ids and an upper bound on their count already proves every
-    limit holds and fixes max_tokens, the ids are None: the request goes out first and the prompt
-    is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
-    errors included."""
-    tokenizer = runtime.tokenizer
-    # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
-    # count must match what the engine sees.
-    add_special_tokens = runtime.config.add_special_tokens
-    if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
-        bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
-        if bound is not None:
-            try:
-                budget = p.resolve_max_tokens(
-                    requested, bound, runtime.max_model_len, param=param, limits=limits
-                )
-            except InvalidRequestError:
-                pass  # Near a limit, or over it: the exact count decides, and names it.
-            else:
-                return None, budget
-    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
-    return ids, p.resolve_max_tokens(requested, len(ids), runtime.max_model_len, param=param, limits=limits)
-
-
-def stream_failure(exc: Exception) -> bytes:
-    """The one error event a failed stream ends with (before [DONE]), logged by severity."""
+def stream_failure(exc: Exception) -> GatewayError:
+    """What a stream that failed after it started reports (each API writes it as its own error
+    event), logged by severity."""
     error = to_gateway_error(exc)
     logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
-    return error_event(error)
+    return error
 
 
 def new_id(prefix: str) -> str:
@@ -170,7 +115,7 @@ def build_generation(
     prompt_text: str,
     prompt_ids: Sequence[int] | None,
     params: SamplingParams,
-    n: int,
+    num_sequences: int,
     stops: Sequence[str],
     first_index: int,
     guide: tuple[str, str] | None = None,
@@ -186,11 +131,11 @@ def build_generation(
         prompt_text=prompt_text,
         prompt_ids=() if prompt_ids is None else tuple(prompt_ids),
         params=params,
-        num_sequences=n,
+        num_sequences=num_sequences,
         end_id=info.eos_token_id,
         pad_id=info.pad_token_id,
-        stop_token_ids=info.extra_end_ids,
-        stop_token_strings=info.extra_end_tokens,
+        end_token_ids=info.extra_end_ids,
+        end_token_strings=info.extra_end_tokens,
         guide=guide,
         logprobs=logprobs,
         logit_bias=logit_bias,

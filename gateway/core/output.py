@@ -1,5 +1,6 @@
-"""Structured output and tool calls for a chat request: which guide the engine gets, which tools
-the chat template sees, and how the reply is parsed. Pure; no I/O."""
+"""Structured output and tool calls (checked with the rest of a request, see validation): which
+guide the engine gets, which tools the chat template sees, and how the reply is parsed. Pure; no
+I/O; API-neutral (each API passes its own tools, tool choice and response format)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import InvalidRequestError, UnsupportedParameterError
-from gateway.protocol.openai import ChatCompletionRequest
 from gateway.text.tool_calls import (
     FunctionTool,
     ToolChoice,
@@ -29,11 +29,19 @@ class OutputPlan:
     tool_names: frozenset[str]
 
 
-def plan_output(body: ChatCompletionRequest, *, model_tool_format: str, guided_decoding: bool) -> OutputPlan:
-    tools = validate_tools(body.tools)
-    choice = resolve_tool_choice(body.tool_choice, tools)
-    guide = _response_format_guide(body.response_format, guided_decoding)
-    if choice.mode == "none" or not tools:
+def plan_output(
+    *,
+    tools: object,
+    tool_choice: object,
+    parallel_tool_calls: bool | None,
+    response_format: dict[str, Any] | None,
+    model_tool_format: str,
+    guided_decoding: bool,
+) -> OutputPlan:
+    checked = validate_tools(tools)
+    choice = resolve_tool_choice(tool_choice, checked)
+    guide = _response_format_guide(response_format, guided_decoding)
+    if choice.mode == "none" or not checked:
         return OutputPlan(guide, None, "none", frozenset())
     forced = choice.mode in ("required", "function")
     if model_tool_format == "none" and not (forced and guided_decoding):
@@ -49,7 +57,7 @@ def plan_output(body: ChatCompletionRequest, *, model_tool_format: str, guided_d
                 param="response_format",
             )
         schema = tool_call_json_schema(
-            tools, choice, body.parallel_tool_calls, _schema_format(model_tool_format)
+            checked, choice, parallel_tool_calls, _schema_format(model_tool_format)
         )
         assert schema is not None  # required/named always have one
         guide = ("json_schema", json.dumps(schema))
@@ -59,7 +67,10 @@ def plan_output(body: ChatCompletionRequest, *, model_tool_format: str, guided_d
         guided=forced and guided_decoding,
     )
     return OutputPlan(
-        guide, [_template_tool(t) for t in _offered(tools, choice)], parse, frozenset(t.name for t in tools)
+        guide,
+        [_template_tool(t) for t in _offered(checked, choice)],
+        parse,
+        frozenset(t.name for t in checked),
     )
 
 

@@ -1,16 +1,20 @@
-"""Pure translation of OpenAI request fields into engine sampling parameters, with the checks
-that must fail before anything is sent to Triton."""
+"""Request validation and budgeting, in one place for every API: limits, stop strings, n, the
+prompt's token budget and max tokens, log probabilities, logit_bias, sampling parameters and the
+deadline. Everything here fails before anything is sent to the engine. API-neutral: each API passes
+its own fields (and the names its clients know them by, for error messages)."""
 
 from __future__ import annotations
 
 import logging
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.engine import SamplingParams
 from gateway.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
-from gateway.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+if TYPE_CHECKING:
+    from gateway.core.models import ModelRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -33,20 +37,6 @@ def log_unknown_fields(extra: dict[str, Any] | None) -> None:
         if name not in _logged_unknown_fields:
             _logged_unknown_fields.add(name)
             logger.info("ignoring unknown request field %r (logged once)", name)
-
-
-def reject_unsupported(request: CompletionRequest | ChatCompletionRequest) -> None:
-    """Fields that would change the result but are not served yet: a 400 naming them, never a
-    silent default. (Chat serves every field it accepts.)"""
-    if not isinstance(request, CompletionRequest):
-        return
-    checks = [
-        ("best_of", request.best_of is not None and request.best_of != (request.n or 1)),
-        ("suffix", bool(request.suffix)),
-    ]
-    for name, present in checks:
-        if present:
-            raise UnsupportedParameterError(f"`{name}` is not supported by this server yet", param=name)
 
 
 def stop_strings(stop: str | list[str] | None, limits: RequestLimits) -> tuple[str, ...]:
@@ -78,11 +68,12 @@ def resolve_max_tokens(
     max_model_len: int | None,
     *,
     param: str,
+    prompt_param: str,
     limits: RequestLimits,
 ) -> int:
     """The request's token budget. With none given, what is left of the context (capped by the
-    server's limit): never a silent 16."""
-    prompt_param = "messages" if param == "max_completion_tokens" else "prompt"
+    server's limit): never a silent 16. `param` names the max-tokens field the client used,
+    `prompt_param` the field that holds its prompt (`prompt`, `messages`): errors name them."""
     if limits.max_prompt_tokens is not None and prompt_tokens > limits.max_prompt_tokens:
         raise InvalidRequestError(
             f"the prompt has {prompt_tokens} tokens; this server accepts at most {limits.max_prompt_tokens}",
@@ -112,9 +103,32 @@ def resolve_max_tokens(
     return room if limits.max_tokens is None else min(room, limits.max_tokens)
 
 
-def sampling_params(
-    request: CompletionRequest | ChatCompletionRequest, max_tokens: int, n: int
-) -> SamplingParams:
+class SamplingFields(Protocol):
+    """The sampling fields a generation request carries (OpenAI's, plus TensorRT-LLM's knobs)."""
+
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def min_tokens(self) -> int | None: ...
+    @property
+    def presence_penalty(self) -> float | None: ...
+    @property
+    def frequency_penalty(self) -> float | None: ...
+    @property
+    def repetition_penalty(self) -> float | None: ...
+    @property
+    def length_penalty(self) -> float | None: ...
+    @property
+    def ignore_eos(self) -> bool | None: ...
+
+
+def sampling_params(request: SamplingFields, max_tokens: int) -> SamplingParams:
     seed = request.seed
     sampling = request.temperature is None or request.temperature > 0
     if seed is None and sampling:
@@ -139,7 +153,7 @@ def sampling_params(
     )
 
 
-def logit_bias(
+def logit_bias_pairs(
     raw: dict[str, float] | None, vocab_size: int, *, supported: bool
 ) -> tuple[tuple[int, float], ...]:
     """OpenAI's {"token id": bias} checked: ids in the vocabulary, biases within [-100, 100]."""
@@ -172,3 +186,86 @@ def request_deadline(limits: RequestLimits, header_s: float | None) -> float | N
     """Seconds this request may run: the tighter of the server's and the client's deadline."""
     options = [t for t in (limits.request_timeout_s, header_s) if t is not None and t > 0]
     return min(options) if options else None
+
+
+def prompt_budget(
+    runtime: ModelRuntime,
+    text: str,
+    *,
+    requested: int | None,
+    param: str,
+    prompt_param: str,
+    limits: RequestLimits,
+) -> tuple[list[int] | None, int]:
+    """The prompt's token ids and the request's max_tokens, checked against every limit.
+
+    Encoding a prompt is a good part of the gateway's time before the engine request goes out.
+    When the engine does not need the ids and an upper bound on their count already proves every
+    limit holds and fixes max_tokens, the ids are None: the request goes out first and the prompt
+    is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
+    errors included."""
+    tokenizer = runtime.tokenizer
+    # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
+    # count must match what the engine sees.
+    add_special_tokens = runtime.config.add_special_tokens
+    if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
+        bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
+        if bound is not None:
+            try:
+                budget = resolve_max_tokens(
+                    requested,
+                    bound,
+                    runtime.max_model_len,
+                    param=param,
+                    prompt_param=prompt_param,
+                    limits=limits,
+                )
+            except InvalidRequestError:
+                pass  # Near a limit, or over it: the exact count decides, and names it.
+            else:
+                return None, budget
+    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    return ids, resolve_max_tokens(
+        requested, len(ids), runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
+    )
+
+
+def logprobs_requested(
+    *, enabled: bool, top: int | None, top_param: str, supported: bool, top_supported: bool
+) -> int | None:
+    """How many alternatives per token the request asks for (None: no log probabilities)."""
+    if not enabled:
+        if top:
+            raise InvalidRequestError(f"{top_param} requires logprobs to be true", param=top_param)
+        return None
+    if not supported:
+        raise UnsupportedParameterError(
+            "this model does not return log probabilities (it needs output_ids and return_log_probs)",
+            param="logprobs",
+        )
+    if top and not top_supported:
+        raise UnsupportedParameterError(
+            "this model cannot return top alternatives (it needs return_generation_logits)", param=top_param
+        )
+    return top or 0
+
+
+def token_options(
+    runtime: ModelRuntime,
+    *,
+    logprobs: bool,
+    top_logprobs: int | None,
+    top_param: str,
+    logit_bias: dict[str, float] | None,
+) -> tuple[int | None, tuple[tuple[int, float], ...]]:
+    """The per-token options the APIs offer, checked against what the engine can do:
+    (alternatives per token or None, logit bias pairs)."""
+    info = runtime.engine.info
+    alternatives = logprobs_requested(
+        enabled=logprobs,
+        top=top_logprobs,
+        top_param=top_param,
+        supported=info.logprobs,
+        top_supported=info.top_logprobs,
+    )
+    return alternatives, logit_bias_pairs(logit_bias, runtime.vocab_size, supported=info.logit_bias)

@@ -1,1 +1,3 @@
-"""Thin routers, one per OpenAI resource: resolve services from app.state, call the serving layer."""
+"""HTTP plumbing every API uses (FastAPI/ASGI): the JSON-body route class and direct dispatch,
+SSE responses and disconnects, middleware (keys, body size, admission, access log), typed services,
+health and metrics endpoints."""

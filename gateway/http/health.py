@@ -1,8 +1,14 @@
+"""Health, readiness and metrics endpoints (outside any API, open to probes)."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+
+from gateway.core.readiness import Readiness
+from gateway.http.services import service
+from gateway.metrics import GatewayMetrics
 
 router = APIRouter()
 
@@ -14,7 +20,7 @@ async def health() -> JSONResponse:
 
 @router.get("/health/ready", include_in_schema=False)
 async def ready(request: Request) -> JSONResponse:
-    models = await request.app.state.readiness.check()
+    models = await service(request, Readiness).check()
     ok = bool(models) and all(models.values())
     return JSONResponse(
         {"status": "ready" if ok else "unavailable", "models": models}, status_code=200 if ok else 503
@@ -23,4 +29,4 @@ async def ready(request: Request) -> JSONResponse:
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
-    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+    return Response(service(request, GatewayMetrics).exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -11,6 +11,8 @@ import hmac
 import logging
 import math
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from fastapi import HTTPException
@@ -24,18 +26,25 @@ from gateway.metrics import GatewayMetrics
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 
-async def send_error(send: Send, error: GatewayError) -> None:
+# The API's error body for an error (OpenAI's: gateway.apis.openai.errors.error_body).
+ErrorBody = Callable[[GatewayError], dict[str, Any]]
+
+
+async def send_error(send: Send, error: GatewayError, error_body: ErrorBody) -> None:
     headers = [(b"content-type", b"application/json")]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
     await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": orjson.dumps(error.to_body())})
+    await send({"type": "http.response.body", "body": orjson.dumps(error_body(error))})
 
 
 class ApiKeyMiddleware:
     """Bearer keys on /v1 (and /metrics when asked); health stays open for probes."""
 
-    def __init__(self, app: ASGIApp, keys: list[str], *, protect_metrics: bool) -> None:
+    def __init__(
+        self, app: ASGIApp, keys: list[str], *, protect_metrics: bool, error_body: ErrorBody
+    ) -> None:
         self.app = app
+        self._error_body = error_body
         self._keys = [k.encode() for k in keys]
         self._protect_metrics = protect_metrics
 
@@ -61,7 +70,7 @@ class ApiKeyMiddleware:
                     if header is None
                     else "Incorrect API key provided."
                 )
-                await send_error(send, AuthenticationError(message))
+                await send_error(send, AuthenticationError(message), self._error_body)
                 return
         await self.app(scope, receive, send)
 
@@ -69,8 +78,9 @@ class ApiKeyMiddleware:
 class BodySizeMiddleware:
     """413 for bodies over the limit, by Content-Length or by counting a chunked body."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, *, error_body: ErrorBody) -> None:
         self.app = app
+        self._error_body = error_body
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -82,7 +92,7 @@ class BodySizeMiddleware:
         length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if length is not None and length.isdigit():
             if int(length) > limit:
-                await send_error(send, too_large)
+                await send_error(send, too_large, self._error_body)
                 return
             # The HTTP server delivers no more than Content-Length bytes: nothing left to count,
             # and streamed responses pass without an extra wrapper per chunk.
@@ -114,7 +124,7 @@ class BodySizeMiddleware:
             # Raised outside a route's body parsing (nothing caught it): answer here.
             if exc.status_code != 413 or started:
                 raise
-            await send_error(send, too_large)
+            await send_error(send, too_large, self._error_body)
 
 
 class AdmissionMiddleware:
@@ -125,18 +135,21 @@ class AdmissionMiddleware:
     (the whole stream) is done, so memory stays bounded however fast clients arrive.
     """
 
-    PATHS = ("/v1/completions", "/v1/chat/completions")
-
     def __init__(
         self,
         app: ASGIApp,
         *,
+        paths: frozenset[str],
+        error_body: ErrorBody,
         max_concurrent: int,
         max_queued: int,
         queue_timeout_s: float,
         metrics: GatewayMetrics,
     ) -> None:
         self.app = app
+        # The generation routes' paths, taken from the app's routes (routing.generation_paths).
+        self._paths = paths
+        self._error_body = error_body
         self._slots = asyncio.Semaphore(max_concurrent)
         self._max_queued = max_queued
         self._queued = 0
@@ -150,19 +163,19 @@ class AdmissionMiddleware:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in self.PATHS:
+        if scope["type"] != "http" or scope["path"] not in self._paths:
             await self.app(scope, receive, send)
             return
         if self._slots.locked():
             if self._queued >= self._max_queued:
-                await send_error(send, self._overloaded())
+                await send_error(send, self._overloaded(), self._error_body)
                 return
             self._queued += 1
             self._metrics.queued.inc()
             try:
                 await asyncio.wait_for(self._slots.acquire(), self._timeout)
             except TimeoutError:
-                await send_error(send, self._overloaded())
+                await send_error(send, self._overloaded(), self._error_body)
                 return
             finally:
                 self._queued -= 1

@@ -108,6 +108,12 @@ class DirectRoutes:
         await response(scope, receive, send)
 
 
+def generation_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
+    """The paths of the generation routes (every JsonBodyRoute): admission control bounds these,
+    so a new API's generation endpoint is admitted as soon as its router uses the route class."""
+    return frozenset(route.path for route in _flatten(routes) if isinstance(route, JsonBodyRoute))
+
+
 def _flatten(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
     # FastAPI keeps an included router as one entry holding the router's own routes.
     for route in routes:

@@ -1,4 +1,5 @@
-"""Response helpers shared by the generation routers: SSE framing and disconnect handling."""
+"""Response helpers every generation router uses: the SSE response, disconnect handling and the
+client's deadline header."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from sse_starlette import EventSourceResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.asyncutil import Started, started
+from gateway.config import Settings
 from gateway.errors import InvalidRequestError
+from gateway.http.services import service
 
 T = TypeVar("T")
 
@@ -64,7 +67,7 @@ class _EventStream(EventSourceResponse):
 
 
 async def event_stream(request: Request, events: AsyncGenerator[bytes, None]) -> EventSourceResponse:
-    """Streams finished SSE events (`data: ...` frames, see serving.chunks); sse-starlette adds
+    """Streams finished SSE events (`data: ...` frames, see apis.openai.sse); sse-starlette adds
     the keep-alive pings, and when the client goes away it cancels the task that iterates
     `events`, which closes the engine stream and so cancels the Triton request."""
     first = started(events)
@@ -73,7 +76,7 @@ async def event_stream(request: Request, events: AsyncGenerator[bytes, None]) ->
     # it here, sse-starlette's task group later) then overlaps with the engine's work instead of
     # delaying the request.
     await asyncio.sleep(0)
-    settings = request.app.state.settings
+    settings = service(request, Settings)
     return _EventStream(
         first,
         sep="\n",

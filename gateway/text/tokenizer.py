@@ -105,6 +105,21 @@ class Tokenizer:
             self._token_texts[token_id] = cached
         return cached
 
+    def token_raw_bytes(self, token_id: int) -> bytes:
+        """The exact bytes one token adds to the output, also where they are not whole UTF-8
+        characters: from the byte table (byte-level BPE), a byte-fallback piece (`<0xNN>`), or
+        else the token's text."""
+        table = self.token_bytes
+        if table is not None and 0 <= token_id < len(table) and table[token_id]:
+            return table[token_id]  # (special tokens have none there: they are their text)
+        piece = self.convert_ids_to_tokens([token_id])[0]
+        if isinstance(piece, str) and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return self.token_text(token_id).encode()
+
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return list(self._tok.convert_ids_to_tokens(list(ids)))
 

@@ -22,7 +22,13 @@ from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
 from gateway.triton.connection import is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
-from gateway.triton.tensors import ParsedResponse, build_request, parse_response, stop_request, token_logprobs
+from gateway.triton.tensors import (
+    ParsedResponse,
+    build_request,
+    cancel_request,
+    parse_response,
+    token_logprobs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +42,7 @@ class TritonEngine:
         self._route = route
         # For the ensemble route: the engine model to send `stop` requests to, if it has that input.
         self._engine_model = engine_model
-        self._stop_model: str | None = None
+        self._cancel_model: str | None = None
         self._contract: c.Contract | None = None
         self._info: tuple[c.Contract, EngineInfo] | None = None
         self._lock = asyncio.Lock()
@@ -113,7 +119,7 @@ class TritonEngine:
             if self._engine_model in steps:
                 engine = await conn.model_config(self._engine_model)
                 if any(i.name == "stop" for i in engine.input):
-                    self._stop_model = self._engine_model
+                    self._cancel_model = self._engine_model
         return c.read_contract(config, self._route).with_decoupled(decoupled)
 
     async def ensure_ready(self) -> None:
@@ -278,13 +284,13 @@ class TritonEngine:
                 connection.end_stream(call)
             else:
                 call.cancel()
-                if self._stop_model is not None and started:
-                    self._send_stop(endpoint, request_id)
+                if self._cancel_model is not None and started:
+                    self._send_cancel(endpoint, request_id)
 
-    def _send_stop(self, endpoint: Endpoint, request_id: str) -> None:
+    def _send_cancel(self, endpoint: Endpoint, request_id: str) -> None:
         """Fire-and-forget: tell the engine to stop the request the ensemble no longer waits for."""
-        assert self._stop_model is not None
-        stop = stop_request(self._stop_model, request_id)
+        assert self._cancel_model is not None
+        stop = cancel_request(self._cancel_model, request_id)
 
         async def send() -> None:
             async def one() -> AsyncIterator[service_pb2.ModelInferRequest]:

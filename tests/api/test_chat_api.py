@@ -205,7 +205,7 @@ async def test_extra_end_token_stops_generation_with_stop(make_client: MakeClien
     assert choice["message"]["content"] == "before"
     assert choice["finish_reason"] == "stop"
     request = engine.requests[0]
-    assert request.stop_token_strings == ("<|eot|>",)
+    assert request.end_token_strings == ("<|eot|>",)
     assert engine.cancelled == [request.request_id]
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 from prometheus_client import generate_latest
 
+from gateway.metrics import GatewayMetrics
 from tests.api.conftest import MakeClient
 from tests.api.test_errors_api import assert_error
 from tests.support.waiting import wait_until
@@ -65,7 +66,7 @@ async def test_overload_is_429_with_retry_after(make_client: MakeClient) -> None
     client, engine = await make_client(
         settings={"max_concurrent_requests": 1, "max_queued_requests": 1, "queue_timeout_s": 5}, gate=gate
     )
-    metrics = client._transport.app.state.metrics  # type: ignore[attr-defined]
+    metrics = client._transport.app.state.services.get(GatewayMetrics)  # type: ignore[attr-defined]
     body = {"model": "tiny", "messages": USER, "max_tokens": 3}
     first = asyncio.create_task(client.post("/v1/chat/completions", json=body))
     await wait_until(lambda: bool(engine.active))

@@ -15,7 +15,6 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-
 # In the repository, so that a fresh clone's tests read nothing outside it (tests/data/README.md
 # names the upstream commit).
 SPEC_PATH = Path(__file__).resolve().parents[1] / "data" / "openai-openapi.json"

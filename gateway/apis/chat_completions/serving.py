@@ -1,4 +1,5 @@
-"""/v1/chat/completions: messages through the chat template -> one prompt -> n choices."""
+"""/v1/chat/completions: messages through the chat template -> one prompt -> n choices, and the
+choices back as a chat.completion or a chunk stream."""
 
 from __future__ import annotations
 
@@ -7,31 +8,30 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from gateway import tracing
-from gateway.engine import TokenLogprob
-from gateway.errors import InvalidRequestError
-from gateway.protocol.openai import (
+from gateway.apis.chat_completions.logprobs import chat_logprobs
+from gateway.apis.chat_completions.protocol import (
     ChatCompletion,
     ChatCompletionChoice,
     ChatCompletionMessage,
     ChatCompletionRequest,
     ChatMessageIn,
-    CompletionUsage,
     TextContentPart,
 )
-from gateway.serving import logprobs as lp
-from gateway.serving import params as p
-from gateway.serving.base import (
+from gateway.apis.chat_completions.stream import ChatChunkWriter
+from gateway.apis.openai.protocol import CompletionUsage
+from gateway.apis.openai.sse import DONE, error_event
+from gateway.core import validation as v
+from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
     build_generation,
     events,
     new_id,
-    prompt_budget,
     stream_failure,
-    token_options,
 )
-from gateway.serving.chunks import DONE, ChatChunkWriter
-from gateway.serving.structured import plan_output
+from gateway.core.output import plan_output
+from gateway.engine import TokenLogprob
+from gateway.errors import InvalidRequestError
 from gateway.text.tool_calls import (
     ContentDelta,
     StreamingToolParser,
@@ -41,18 +41,20 @@ from gateway.text.tool_calls import (
 )
 
 
-class ChatService(GenerationService):
+class ChatCompletionsService(GenerationService):
     async def prepare(
         self, body: ChatCompletionRequest, *, timeout_s: float | None = None
     ) -> PreparedRequest:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        p.log_unknown_fields(body.model_extra)
-        p.reject_unsupported(body)
-        n = p.choose_n(body.n, self._limits)
-        stops = p.stop_strings(body.stop, self._limits)
+        v.log_unknown_fields(body.model_extra)
+        n = v.choose_n(body.n, self._limits)
+        stops = v.stop_strings(body.stop, self._limits)
         plan = plan_output(
-            body,
+            tools=body.tools,
+            tool_choice=body.tool_choice,
+            parallel_tool_calls=body.parallel_tool_calls,
+            response_format=body.response_format,
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
         )
@@ -64,10 +66,15 @@ class ChatService(GenerationService):
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         with tracing.span("tokenize", model=runtime.name):
             prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
-            ids, max_tokens = prompt_budget(
-                runtime, prompt, requested=requested, param=param, limits=self._limits
+            ids, max_tokens = v.prompt_budget(
+                runtime,
+                prompt,
+                requested=requested,
+                param=param,
+                prompt_param="messages",
+                limits=self._limits,
             )
-        logprobs, bias = token_options(
+        logprobs, bias = v.token_options(
             runtime,
             logprobs=bool(body.logprobs),
             top_logprobs=body.top_logprobs,
@@ -80,8 +87,8 @@ class ChatService(GenerationService):
             request_id=response_id,
             prompt_text=prompt,
             prompt_ids=ids,
-            params=p.sampling_params(body, max_tokens, n),
-            n=n,
+            params=v.sampling_params(body, max_tokens),
+            num_sequences=n,
             stops=stops,
             first_index=0,
             guide=plan.guide,
@@ -94,7 +101,7 @@ class ChatService(GenerationService):
             [generation],
             response_id,
             include_usage=include_usage,
-            timeout_s=p.request_deadline(self._limits, timeout_s),
+            timeout_s=v.request_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
             logprobs=logprobs,
@@ -120,7 +127,7 @@ class ChatService(GenerationService):
                 calls = [c.to_openai() for c in parsed.tool_calls]
                 message = ChatCompletionMessage(content=parsed.content, tool_calls=calls or None)
                 reason = finish_reason(reason, len(calls))
-            logprobs = lp.chat_logprobs(tokenizer, entries[i]) if prepared.logprobs is not None else None
+            logprobs = chat_logprobs(tokenizer, entries[i]) if prepared.logprobs is not None else None
             choices.append(
                 ChatCompletionChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs)  # type: ignore[arg-type]
             )
@@ -156,7 +163,7 @@ class ChatService(GenerationService):
                     if event.text or event.logprobs:
                         logprobs = None
                         if prepared.logprobs is not None:
-                            logprobs = lp.chat_logprobs(prepared.runtime.tokenizer, event.logprobs)
+                            logprobs = chat_logprobs(prepared.runtime.tokenizer, event.logprobs)
                         yield writer.content(event.index, event.text, logprobs)
                     if event.finish_reason is not None:
                         yield writer.finish(event.index, event.finish_reason)
@@ -171,7 +178,7 @@ class ChatService(GenerationService):
             if prepared.include_usage:
                 yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
         except Exception as exc:
-            yield stream_failure(exc)
+            yield error_event(stream_failure(exc))
         yield DONE
 
 

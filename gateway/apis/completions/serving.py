@@ -1,4 +1,5 @@
-"""/v1/completions: prompts (text or token ids, one or many) -> choices."""
+"""/v1/completions: prompts (text or token ids, one or many) -> choices, and back as a
+text_completion or a chunk stream."""
 
 from __future__ import annotations
 
@@ -6,38 +7,38 @@ from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 from gateway import tracing
-from gateway.errors import InvalidRequestError
-from gateway.protocol.openai import Completion, CompletionChoice, CompletionRequest, CompletionUsage
-from gateway.serving import logprobs as lp
-from gateway.serving import params as p
-from gateway.serving.base import (
+from gateway.apis.completions import logprobs as lp
+from gateway.apis.completions.protocol import Completion, CompletionChoice, CompletionRequest
+from gateway.apis.completions.stream import CompletionChunkWriter
+from gateway.apis.openai.protocol import CompletionUsage
+from gateway.apis.openai.sse import DONE, error_event
+from gateway.core import validation as v
+from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
     build_generation,
     events,
     new_id,
-    prompt_budget,
     stream_failure,
-    token_options,
 )
-from gateway.serving.chunks import DONE, CompletionChunkWriter
-from gateway.serving.registry import ModelRuntime
+from gateway.core.models import ModelRuntime
+from gateway.errors import InvalidRequestError, UnsupportedParameterError
 
 
-class CompletionService(GenerationService):
+class CompletionsService(GenerationService):
     async def prepare(
         self, body: CompletionRequest, *, timeout_s: float | None = None
     ) -> tuple[PreparedRequest, list[str]]:
         """Everything that can fail before generation starts, so it fails with a proper status."""
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        p.log_unknown_fields(body.model_extra)
-        p.reject_unsupported(body)
-        n = p.choose_n(body.n, self._limits)
-        stops = p.stop_strings(body.stop, self._limits)
+        v.log_unknown_fields(body.model_extra)
+        _reject_unsupported(body)
+        n = v.choose_n(body.n, self._limits)
+        stops = v.stop_strings(body.stop, self._limits)
         with tracing.span("tokenize", model=runtime.name):
             prompts = _prompts(runtime, body, self._limits)
-        logprobs, bias = token_options(
+        logprobs, bias = v.token_options(
             runtime,
             logprobs=body.logprobs is not None,
             top_logprobs=body.logprobs,
@@ -54,8 +55,8 @@ class CompletionService(GenerationService):
                     request_id=f"{response_id}-{i}",
                     prompt_text=text,
                     prompt_ids=ids,
-                    params=p.sampling_params(body, max_tokens, n),
-                    n=n,
+                    params=v.sampling_params(body, max_tokens),
+                    num_sequences=n,
                     stops=stops,
                     first_index=i * n,
                     logprobs=logprobs,
@@ -69,7 +70,7 @@ class CompletionService(GenerationService):
             generations,
             response_id,
             include_usage=include_usage,
-            timeout_s=p.request_deadline(self._limits, timeout_s),
+            timeout_s=v.request_deadline(self._limits, timeout_s),
             logprobs=logprobs,
         ), echoes
 
@@ -118,8 +119,20 @@ class CompletionService(GenerationService):
             if prepared.include_usage:
                 yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
         except Exception as exc:
-            yield stream_failure(exc)
+            yield error_event(stream_failure(exc))
         yield DONE
+
+
+def _reject_unsupported(request: CompletionRequest) -> None:
+    """Fields that would change the result but are not served yet: a 400 naming them, never a
+    silent default."""
+    checks = [
+        ("best_of", request.best_of is not None and request.best_of != (request.n or 1)),
+        ("suffix", bool(request.suffix)),
+    ]
+    for name, present in checks:
+        if present:
+            raise UnsupportedParameterError(f"`{name}` is not supported by this server yet", param=name)
 
 
 def _logprob_blocks(prepared: PreparedRequest, echoes: list[str], n: int) -> dict[int, lp.CompletionLogprobs]:
@@ -141,7 +154,7 @@ def _usage(prepared: PreparedRequest) -> CompletionUsage:
 
 
 def _prompts(
-    runtime: ModelRuntime, body: CompletionRequest, limits: p.RequestLimits
+    runtime: ModelRuntime, body: CompletionRequest, limits: v.RequestLimits
 ) -> list[tuple[str, list[int] | None, int]]:
     """Each prompt's text, token ids (None: counted later, see prompt_budget) and max_tokens."""
     tok = runtime.tokenizer
@@ -152,8 +165,13 @@ def _prompts(
         texts = [prompt] if isinstance(prompt, str) else cast(list[str], prompt)
         out: list[tuple[str, list[int] | None, int]] = []
         for text in texts:
-            ids, max_tokens = prompt_budget(
-                runtime, text, requested=body.max_tokens, param="max_tokens", limits=limits
+            ids, max_tokens = v.prompt_budget(
+                runtime,
+                text,
+                requested=body.max_tokens,
+                param="max_tokens",
+                prompt_param="prompt",
+                limits=limits,
             )
             out.append((text, ids, max_tokens))
         return out
@@ -164,8 +182,13 @@ def _prompts(
         if bad is not None:
             raise InvalidRequestError(f"token id {bad} is outside the vocabulary", param="prompt")
         # The ensemble tokenizes text itself; ids it is given are sent as their text.
-        max_tokens = p.resolve_max_tokens(
-            body.max_tokens, len(ids), runtime.max_model_len, param="max_tokens", limits=limits
+        max_tokens = v.resolve_max_tokens(
+            body.max_tokens,
+            len(ids),
+            runtime.max_model_len,
+            param="max_tokens",
+            prompt_param="prompt",
+            limits=limits,
         )
         out.append((tok.decode(ids, skip_special_tokens=False), list(ids), max_tokens))
     return out

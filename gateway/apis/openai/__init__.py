@@ -1,1 +1,2 @@
-"""Pydantic wire models of the OpenAI API: requests, responses, stream chunks, errors. No I/O."""
+"""What the OpenAI APIs share (not an API itself): common wire fields, the error mapping, SSE framing,
+token strings for log probabilities."""

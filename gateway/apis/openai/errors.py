@@ -1,4 +1,6 @@
-"""Exception handlers: every error leaves as OpenAI's {"error": {...}} body via `GatewayError`."""
+"""The one mapping from the gateway's errors to OpenAI's error body and status: the exception
+handlers (every error leaves as {"error": {message, type, param, code}}) and `error_body`, which the
+middleware and the stream writers use too."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gateway.apis.openai.protocol import ErrorResponse
 from gateway.errors import (
     GatewayError,
     InvalidRequestError,
@@ -18,7 +21,6 @@ from gateway.errors import (
     PayloadTooLargeError,
     to_gateway_error,
 )
-from gateway.protocol.openai import ErrorResponse
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +41,19 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def error_body(error: GatewayError) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": error.message,
+            "type": error.error_type,
+            "param": error.param,
+            "code": error.code,
+        }
+    }
+
+
 def error_response(error: GatewayError) -> JSONResponse:
-    return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.headers or None)
+    return JSONResponse(error_body(error), status_code=error.status_code, headers=error.headers or None)
 
 
 def _param_from_loc(loc: tuple[Any, ...]) -> str | None:

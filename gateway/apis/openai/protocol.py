@@ -1,8 +1,9 @@
-"""OpenAI request and response models (the subset this gateway serves), named after their `object`."""
+"""Wire models every OpenAI API here shares: the sampling fields of a generation request, usage,
+the error body. Each API's own models live in its folder."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,7 +15,7 @@ class StreamOptions(BaseModel):
     include_usage: bool | None = None
 
 
-class _GenerationFields(BaseModel):
+class GenerationFields(BaseModel):
     """Fields shared by completions and chat completions, plus the engine's own knobs."""
 
     # Unknown fields are accepted (clients send many); the serving layer logs them once.
@@ -45,65 +46,6 @@ class _GenerationFields(BaseModel):
     ignore_eos: bool | None = None
 
 
-class CompletionRequest(_GenerationFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    echo: bool | None = False
-    best_of: Annotated[int, Field(ge=1)] | None = None
-    suffix: str | None = None
-    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
-
-
-class TextContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: Literal["text"]
-    text: str
-
-
-class OtherContentPart(BaseModel):
-    """Image, audio, file parts: parsed so the error can name them, not served."""
-
-    model_config = ConfigDict(extra="allow")
-    type: Literal["image_url", "input_audio", "file", "refusal"]
-
-
-ContentPart = Annotated[TextContentPart | OtherContentPart, Field(discriminator="type")]
-
-
-class FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    name: str
-    arguments: str
-
-
-class ToolCall(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class ChatMessageIn(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
-
-
-class ChatCompletionRequest(_GenerationFields):
-    messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
-    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    logprobs: bool | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
-    parallel_tool_calls: bool | None = None
-    response_format: dict[str, Any] | None = None
-    # vLLM's extra knobs for chat templates.
-    chat_template_kwargs: dict[str, Any] | None = None
-
-
 # ---------------------------------------------------------------- responses
 
 
@@ -111,58 +53,6 @@ class CompletionUsage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-
-
-class CompletionChoice(BaseModel):
-    index: int
-    text: str
-    logprobs: dict[str, Any] | None = None
-    finish_reason: Literal["stop", "length", "content_filter"] | None
-
-
-class Completion(BaseModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[CompletionChoice]
-    usage: CompletionUsage | None = None
-
-
-class ChatCompletionMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str | None
-    refusal: str | None = None
-    # Left out, not null, when there are none: the published schema does not allow null here.
-    tool_calls: list[dict[str, Any]] | None = Field(default=None, exclude_if=lambda v: v is None)
-
-
-class ChatCompletionChoice(BaseModel):
-    index: int
-    message: ChatCompletionMessage
-    logprobs: dict[str, Any] | None = None
-    finish_reason: Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
-
-
-class ChatCompletion(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[ChatCompletionChoice]
-    usage: CompletionUsage
-
-
-class Model(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str
-
-
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[Model]
 
 
 class ErrorDetail(BaseModel):

@@ -1,4 +1,7 @@
-"""Stream chunks as finished SSE events. This is the per-token hot path, so chunks are plain dicts
+"""What the OpenAI APIs' stream writers share: SSE frames, pre-dumped chunk heads, the usage
+object, the error event and [DONE]. Each API's writer lives in its folder (`stream.py`).
+
+Stream chunks as finished SSE events. This is the per-token hot path, so chunks are plain dicts
 dumped with orjson (about ten times faster than building pydantic models) straight into the
 `data: ...` frame as bytes, which sse-starlette sends as they are (its own event objects cost more
 per token than the JSON). The per-token text chunk goes one step further: everything before its
@@ -12,17 +15,18 @@ from typing import Any
 
 import orjson
 
+from gateway.apis.openai.errors import error_body
 from gateway.errors import GatewayError
 
 DONE = b"data: [DONE]\n\n"
 
 
-def _dump(obj: dict[str, Any]) -> bytes:
+def dump(obj: dict[str, Any]) -> bytes:
     # One SSE event: the JSON has no newlines, so it is a single data line.
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-def _head(base: dict[str, Any]) -> bytes:
+def head(base: dict[str, Any]) -> bytes:
     # `data: {"id":...,"model":...,"choices":[{"index":` : orjson keeps insertion order, so this is
     # exactly how the dumped chunk dict begins.
     return b"data: " + orjson.dumps(base)[:-1] + b',"choices":[{"index":'
@@ -36,80 +40,6 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-class ChatChunkWriter:
-    __slots__ = ("_base", "_content_tail", "_head", "_with_usage")
-
-    def __init__(self, completion_id: str, created: int, model: str, *, include_usage: bool) -> None:
-        self._base = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-        }
-        self._with_usage = include_usage
-        self._head = _head(self._base)
-        usage = b',"usage":null' if include_usage else b""
-        self._content_tail = b',"finish_reason":null}]' + usage + b"}\n\n"
-
-    def _chunk(self, choices: list[dict[str, Any]]) -> bytes:
-        body: dict[str, Any] = {**self._base, "choices": choices}
-        if self._with_usage:
-            # OpenAI sends `usage: null` on every chunk but the last when usage is asked for.
-            body["usage"] = None
-        return _dump(body)
-
-    def role(self, index: int) -> bytes:
-        delta = {"role": "assistant", "content": ""}
-        return self._chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}])
-
-    def content(self, index: int, text: str, logprobs: dict[str, Any] | None = None) -> bytes:
-        # _chunk([{"index": index, "delta": {"content": text}, "logprobs": logprobs, "finish_reason": None}])
-        return b'%b%d,"delta":{"content":%b},"logprobs":%b%b' % (
-            self._head,
-            index,
-            orjson.dumps(text),
-            orjson.dumps(logprobs),
-            self._content_tail,
-        )
-
-    def finish(self, index: int, reason: str) -> bytes:
-        return self._chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}])
-
-    def tool_calls(self, index: int, calls: list[dict[str, Any]]) -> bytes:
-        delta = {"tool_calls": calls}
-        return self._chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}])
-
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        return _dump({**self._base, "choices": [], "usage": usage_dict(prompt_tokens, completion_tokens)})
-
-
-class CompletionChunkWriter:
-    # Unlike chat chunks, completion chunks leave `usage` out until the last one: the published
-    # schema does not allow it to be null there.
-    __slots__ = ("_base", "_head")
-
-    def __init__(self, completion_id: str, created: int, model: str) -> None:
-        self._base = {"id": completion_id, "object": "text_completion", "created": created, "model": model}
-        self._head = _head(self._base)
-
-    def text(
-        self, index: int, text: str, finish_reason: str | None = None, logprobs: dict[str, Any] | None = None
-    ) -> bytes:
-        # _dump({**base, "choices": [{"index": index, "text": text, "logprobs": logprobs,
-        # "finish_reason": finish_reason}]})
-        dumps = orjson.dumps
-        return b'%b%d,"text":%b,"logprobs":%b,"finish_reason":%b}]}\n\n' % (
-            self._head,
-            index,
-            dumps(text),
-            dumps(logprobs),
-            dumps(finish_reason),
-        )
-
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        return _dump({**self._base, "choices": [], "usage": usage_dict(prompt_tokens, completion_tokens)})
-
-
 def error_event(error: GatewayError) -> bytes:
     """A failure after the stream started: one error event, then [DONE] (what the SDKs expect)."""
-    return _dump(error.to_body())
+    return dump(error_body(error))

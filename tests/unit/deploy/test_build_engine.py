@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "deploy" / "build_engine.sh"
 
 # Tools the script uses; the hermetic PATH links exactly these, so a missing GPU tool stays missing.

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COMPOSE = REPO / "deploy" / "compose.yaml"
 ENV_EXAMPLE = REPO / "deploy" / ".env.example"
 PROMETHEUS = REPO / "deploy" / "prometheus.yml"

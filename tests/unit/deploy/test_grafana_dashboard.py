@@ -22,7 +22,7 @@ import yaml
 
 from gateway.metrics import GatewayMetrics
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GRAFANA = REPO / "deploy" / "grafana"
 DASHBOARDS = GRAFANA / "dashboards"
 DASHBOARD = DASHBOARDS / "trtllm-gateway.json"

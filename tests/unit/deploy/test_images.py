@@ -21,7 +21,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "Dockerfile"
 TRITON_DOCKERFILE = REPO / "deploy" / "triton.Dockerfile"
 CORE_DEPENDENCIES: list[str] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]

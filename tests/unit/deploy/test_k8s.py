@@ -25,7 +25,7 @@ import yaml
 
 from gateway.config import Settings
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 K8S = REPO / "deploy" / "k8s"
 BUILDS = {
     "base": K8S / "base",

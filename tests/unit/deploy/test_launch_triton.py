@@ -25,7 +25,7 @@ from typing import IO
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "deploy" / "launch_triton.sh"
 TRITONSERVER = "/opt/tritonserver/bin/tritonserver"
 

@@ -9,7 +9,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.serving.chunks import ChatChunkWriter, CompletionChunkWriter
+from gateway.apis.chat_completions.stream import ChatChunkWriter
+from gateway.apis.completions.stream import CompletionChunkWriter
 
 names = st.text(max_size=20)
 logprobs = st.none() | st.fixed_dictionaries(

@@ -65,7 +65,7 @@ def contract_of(text: str, route: c.Route = "ensemble") -> c.Contract:
 
 def request(**params: object) -> GenerationRequest:
     sp = SamplingParams(**{"max_tokens": 8, **params})  # type: ignore[arg-type]
-    return GenerationRequest("r1", "hello", (1, 2), sp, end_id=2, pad_id=0, stop_token_strings=("<|eot|>",))
+    return GenerationRequest("r1", "hello", (1, 2), sp, end_id=2, pad_id=0, end_token_strings=("<|eot|>",))
 
 
 def tensor_values(request: service_pb2.ModelInferRequest) -> dict[str, object]:
@@ -247,7 +247,7 @@ def test_the_engine_route_sends_ids_under_the_engine_names() -> None:
         (5, 6, 7),
         SamplingParams(max_tokens=4, top_k=3, length_penalty=1.5),
         end_id=2,
-        stop_token_ids=(3, 9),
+        end_token_ids=(3, 9),
     )
     values = tensor_values(build(contract, req, seed=11, num_sequences=1, stream=True))
     assert values["input_ids"] == ("INT32", [1, 3], [5, 6, 7])
@@ -277,10 +277,10 @@ def test_ids_win_over_the_text_that_comes_along() -> None:
     assert parsed.token_ids == (5,) and parsed.text is None
 
 
-def test_the_stop_request_names_the_engine_and_the_request() -> None:
-    from gateway.triton.tensors import stop_request
+def test_the_cancel_request_names_the_engine_and_the_request() -> None:
+    from gateway.triton.tensors import cancel_request
 
-    stop = stop_request("tensorrt_llm", "42")
+    stop = cancel_request("tensorrt_llm", "42")
     values = tensor_values(stop)
     assert (stop.model_name, stop.id) == ("tensorrt_llm", "42")
     assert values["stop"] == ("BOOL", [1, 1], [True])

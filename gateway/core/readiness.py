@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.serving.registry import ModelRegistry
+from gateway.core.models import ModelRegistry
 
 
 class Readiness:
