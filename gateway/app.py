@@ -57,17 +57,14 @@ async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
     from gateway.check import report, table
-    from gateway.triton.engine import TritonEngine
 
-    reports = [
-        report(r.config, r.engine, None, r.tokenizer) for r in runtimes if isinstance(r.engine, TritonEngine)
-    ]
+    reports = [report(r.config, r.engine.info, None, r.tokenizer) for r in runtimes]
     if reports:
         logger.info("models ready:\n%s", table(reports))
 
 
 class TritonEngines:
-    """Engines for every served model over one shared pool of Triton endpoints."""
+    """Triton adapters for every served model over one shared pool of Triton endpoints."""
 
     def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
         from gateway.triton.pool import TritonPool
@@ -80,11 +77,9 @@ class TritonEngines:
         )
 
     def __call__(self, model: ServedModel) -> Engine:
-        from gateway.triton.engine import TritonEngine
+        from gateway.triton.engine import adapter_for
 
-        if model.route == "engine":
-            return TritonEngine(self.pool, model.engine_model, route="engine")
-        return TritonEngine(self.pool, model.triton_model, route="ensemble", engine_model=model.engine_model)
+        return adapter_for(self.pool, model)
 
     def start(self) -> None:
         self.pool.start()

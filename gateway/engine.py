@@ -1,7 +1,9 @@
-"""The engine protocol: what the serving layer needs from a generation backend, in OpenAI-neutral terms.
+"""The Engine protocol: what the core needs from a generation backend, in API-neutral terms.
 
-The Triton adapter (`gateway.triton`) implements it; tests use a scripted fake. Values are frozen
-slotted dataclasses so they are cheap and cannot be changed behind the serving layer's back.
+The Triton adapter (`gateway.triton.engine.TritonAdapter`) implements it (whatever runs inside
+Triton: TensorRT-LLM, or the CPU reference engine in model_repo_templates/); tests use a scripted
+fake. Values are frozen slotted dataclasses so they are cheap and cannot be changed behind the
+core's back.
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class EngineInfo:
     native_num_sequences: bool
     reports_token_counts: bool
     variant: str
+    # Whether the model streams (one response per token) or answers once per request.
+    decoupled: bool = False
     guided_decoding: bool = False
     logprobs: bool = False
     top_logprobs: bool = False

@@ -1,4 +1,5 @@
-"""`TritonEngine`: the Engine protocol over a TensorRT-LLM ensemble, one gRPC stream per request.
+"""`TritonAdapter`: the Engine protocol over a TensorRT-LLM model in Triton (its ensemble, or the
+engine model itself on the `engine` route), one gRPC stream per request.
 
 One stream per request keeps cancellation precise: cancelling the call cancels exactly that
 request inside Triton, which the TensorRT-LLM backend notices within cancellation_check_period_ms.
@@ -17,6 +18,7 @@ from tritonclient.grpc import service_pb2
 
 from gateway import tracing
 from gateway.asyncutil import merge
+from gateway.config import ServedModel
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
@@ -33,7 +35,7 @@ from gateway.triton.tensors import (
 logger = logging.getLogger(__name__)
 
 
-class TritonEngine:
+class TritonAdapter:
     def __init__(
         self, pool: TritonPool, model: str, route: c.Route = "ensemble", *, engine_model: str | None = None
     ) -> None:
@@ -62,20 +64,7 @@ class TritonEngine:
         # Asked for several times per request: made once per contract learned.
         if self._info is not None and self._info[0] is k:
             return self._info[1]
-        info = EngineInfo(
-            model=self._model,
-            exposes_token_ids=k.exposes_token_ids,
-            native_num_sequences=k.native_num_sequences,
-            reports_token_counts=k.reports_token_counts,
-            variant=k.variant,
-            guided_decoding=k.guided_decoding,
-            logprobs=k.logprobs,
-            top_logprobs=k.top_logprobs,
-            logit_bias=k.logit_bias,
-            needs_prompt_ids=k.route == "engine" or k.repeats_prompt,
-            inputs=k.declared_inputs,
-            outputs=k.outputs,
-        )
+        info = k.capabilities()
         self._info = (k, info)
         return info
 
@@ -314,3 +303,11 @@ class _Failover(Exception):
         super().__init__(reason)
         self.reason = reason
         self.error = error
+
+
+def adapter_for(pool: TritonPool, model: ServedModel) -> TritonAdapter:
+    """The Triton adapter for one served model on its route: the one place the app and `gateway
+    check` build it."""
+    if model.route == "engine":
+        return TritonAdapter(pool, model.engine_model, route="engine")
+    return TritonAdapter(pool, model.triton_model, route="ensemble", engine_model=model.engine_model)
