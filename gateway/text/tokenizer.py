@@ -83,7 +83,7 @@ class Tokenizer:
 
         Byte-level BPE with no normalizer turns each byte of the text into one symbol (one more
         for a prefix space) and every token spans at least one symbol; the template adds a fixed
-        number of special tokens. So the serving layer can know a prompt is within every limit
+        number of special tokens. So the core can know a prompt is within every limit
         before paying for its encoding."""
         if self._specials_added is None or not text:
             return None

@@ -18,7 +18,7 @@ class StreamOptions(BaseModel):
 class GenerationFields(BaseModel):
     """Fields shared by completions and chat completions, plus the engine's own knobs."""
 
-    # Unknown fields are accepted (clients send many); the serving layer logs them once.
+    # Unknown fields are accepted (clients send many); core.validation logs them once.
     # Python's JSON parser reads NaN and Infinity: no sampling knob may be either.
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 

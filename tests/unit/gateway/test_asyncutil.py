@@ -1,4 +1,4 @@
-"""gateway.asyncutil: the stream helpers the serving layer builds on."""
+"""gateway.asyncutil: the stream helpers the core builds on."""
 
 from __future__ import annotations
 
