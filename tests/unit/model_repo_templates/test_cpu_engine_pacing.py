@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any
 
-from tests.unit.test_engine_guided import engine
+from tests.unit.model_repo_templates.test_cpu_engine_guided import engine
 
 STEP_S = 0.2
 
