@@ -37,6 +37,7 @@ from deploy.tiny_model import build_tiny_model, default_cache_root
 logger = logging.getLogger(__name__)
 
 _POLL_S: Final = 0.2
+DEV_TOKENS_PER_BLOCK: Final = 8
 _LOG_TAIL_LINES: Final = 40
 
 
@@ -380,6 +381,10 @@ def prepare_dev_repository(
         "tokenizer_dir": str(model_dir),
         "model_dir": str(model_dir),
         "engine_mode": engine_mode,
+        # As production configurations serve: a repeated prefix reuses its KV cache blocks. Small
+        # blocks, so that the tiny model's short prompts show it.
+        "enable_kv_cache_reuse": True,
+        "tokens_per_block": DEV_TOKENS_PER_BLOCK,
     }
     values.update(variables or {})
     path = render_repository(out_dir, backend="cpu", variant=variant, variables=values, overwrite=True)

@@ -239,9 +239,28 @@ VARIABLES: Final[tuple[Variable, ...]] = (
     Variable(
         "enable_kv_cache_reuse",
         "bool",
-        "Reuse KV cache blocks across requests sharing a prefix.",
+        "Reuse KV cache blocks across requests sharing a prefix (the CPU engine models TensorRT-LLM's "
+        "block reuse and reports it in the perf-metrics outputs).",
         default=False,
-        backends=TRTLLM,
+    ),
+    Variable(
+        "tokens_per_block",
+        "str",
+        "Tokens per KV cache block: the engine's (trtllm-build --tokens_per_block), rendered as a model "
+        "parameter the gateway reads to count cached prompt tokens (tensorrtllm: empty leaves it out); "
+        "the CPU engine pages its KV cache by it.",
+        default="",
+        backend_defaults=(("cpu", "32"),),
+        pattern=r"^([1-9]\d*)?$",
+    ),
+    Variable(
+        "synthetic_prefill_ms_per_token",
+        "float",
+        "CPU engine, synthetic mode: milliseconds of context phase per prompt token not reused from the "
+        "KV cache (0: prefill is free).",
+        default=0.0,
+        backends=CPU,
+        minimum=0.0,
     ),
     Variable("enable_chunked_context", "bool", "Chunked prefill.", default=False, backends=TRTLLM),
     Variable(
@@ -262,9 +281,9 @@ VARIABLES: Final[tuple[Variable, ...]] = (
     Variable(
         "max_tokens_in_paged_kv_cache",
         "str",
-        "KV cache size limit in tokens; empty: leave the parameter out (backend default).",
+        "KV cache size limit in tokens; empty: leave the parameter out (backend default; the CPU "
+        "engine's is 262144 tokens).",
         default="",
-        backends=TRTLLM,
         pattern=r"^\d*$",
     ),
     Variable(

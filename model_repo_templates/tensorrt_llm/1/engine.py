@@ -273,6 +273,7 @@ class _Sequence:
     first_scheduled_ns: int = 0
     first_token_ns: int = 0
     last_token_ns: int = 0
+    blocks: SequenceBlocks | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +293,177 @@ class StepStats:
     completed_requests_total: int
     cancelled_requests_total: int
     max_batch_size: int
+    kv_cache: KvCacheStats | None = None
+
+
+def block_keys(tokens: Sequence[int], tokens_per_block: int) -> list[int]:
+    """Chained hashes of the whole blocks of ``tokens``: block i's key covers blocks 0..i.
+
+    A block's key hashes its parent's key with its own tokens (as TensorRT-LLM's and vLLM's block
+    managers key their reuse trees), so equal keys mean equal prefixes, not just equal blocks.
+    """
+    keys: list[int] = []
+    parent = 0
+    ids = np.asarray(tokens, dtype="<i4")
+    for start in range(0, len(tokens) - tokens_per_block + 1, tokens_per_block):
+        digest = hashlib.blake2b(
+            parent.to_bytes(8, "little") + ids[start : start + tokens_per_block].tobytes(), digest_size=8
+        ).digest()
+        parent = int.from_bytes(digest, "little")
+        keys.append(parent)
+    return keys
+
+
+@dataclass(eq=False)
+class SequenceBlocks:
+    """One sequence's share of the paged KV cache, and its TensorRT-LLM per-request KV figures."""
+
+    # Keys of the whole blocks this sequence holds a reference on (shared with other sequences).
+    keys: list[int] = field(default_factory=list)
+    # Blocks only this sequence holds (the unfinished last block, or every block without reuse).
+    private: int = 0
+    reused: int = 0
+    allocated: int = 0
+
+    @property
+    def new(self) -> int:
+        return self.allocated - self.reused
+
+
+@dataclass(frozen=True, slots=True)
+class KvCacheStats:
+    """The block figures TensorRT-LLM's backend exports as ``nv_trt_llm_kv_cache_block_metrics``."""
+
+    max_blocks: int
+    free_blocks: int
+    used_blocks: int
+    tokens_per_block: int
+    reused_blocks: int
+
+    @property
+    def fraction_used(self) -> float:
+        return self.used_blocks / self.max_blocks if self.max_blocks else 0.0
+
+
+class KvCacheManager:
+    """Paged KV-cache bookkeeping after TensorRT-LLM's block manager, for one engine loop thread.
+
+    The cache has ``max_blocks`` blocks of ``tokens_per_block`` tokens. A sequence holds the blocks
+    of its tokens. With reuse on, the whole blocks of a prompt are keyed by their chained hash once
+    its context phase is done (so a request arriving meanwhile reuses them too), and the whole blocks
+    a finished sequence computed stay cached, free but reusable, until evicted least recently used
+    first when blocks are needed. A new request reuses its longest cached prefix of whole blocks
+    within its first ``len(prompt) - 1`` tokens: the last prompt token is always computed, since its
+    logits give the first output token (TensorRT-LLM never reuses it either). Without reuse a block
+    is freed with its sequence. Used blocks are those referenced by running sequences; cached
+    unreferenced blocks count as free, as TensorRT-LLM counts them.
+    """
+
+    def __init__(self, *, tokens_per_block: int, max_blocks: int, reuse: bool) -> None:
+        if tokens_per_block < 1 or max_blocks < 1:
+            raise ValueError("tokens_per_block and max_blocks must be >= 1")
+        self.tokens_per_block = tokens_per_block
+        self.max_blocks = max_blocks
+        self.reuse = reuse
+        self._refs: dict[int, int] = {}
+        # Cached blocks nobody references, least recently used first.
+        self._free_cached: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self._private = 0
+        self._reused_total = 0
+
+    @property
+    def used_blocks(self) -> int:
+        return len(self._refs) + self._private
+
+    def stats(self) -> KvCacheStats:
+        used = self.used_blocks
+        return KvCacheStats(
+            max_blocks=self.max_blocks,
+            free_blocks=max(self.max_blocks - used, 0),
+            used_blocks=used,
+            tokens_per_block=self.tokens_per_block,
+            reused_blocks=self._reused_total,
+        )
+
+    def cached_prefix_blocks(self, prompt: Sequence[int]) -> int:
+        """How many whole blocks of ``prompt`` a request starting now would reuse."""
+        if not self.reuse:
+            return 0
+        count = 0
+        for key in block_keys(prompt[: len(prompt) - 1], self.tokens_per_block):
+            if key not in self._refs and key not in self._free_cached:
+                break
+            count += 1
+        return count
+
+    def blocks_for(self, length: int) -> int:
+        return -(-length // self.tokens_per_block)
+
+    def can_start(self, prompt: Sequence[int]) -> bool:
+        """Whether the prompt's context blocks fit beside the running sequences' blocks."""
+        needed = self.blocks_for(len(prompt)) - self.cached_prefix_blocks(prompt)
+        return self.used_blocks + needed <= self.max_blocks
+
+    def start(self, prompt: Sequence[int]) -> SequenceBlocks:
+        """Take the blocks of a prompt's context phase: its reused prefix and new blocks for the rest."""
+        reused = self.cached_prefix_blocks(prompt)
+        total = self.blocks_for(len(prompt))
+        keys = block_keys(prompt, self.tokens_per_block) if self.reuse else []
+        # The reused blocks first, so that making room cannot evict them.
+        for key in keys[:reused]:
+            self._ref(key)
+        self._make_room(total - reused)
+        # The prompt's other whole blocks are computed by this context phase: keyed from now on.
+        for key in keys[reused:]:
+            self._ref(key)
+        blocks = SequenceBlocks(keys=keys, private=total - len(keys), reused=reused, allocated=total)
+        self._private += blocks.private
+        self._reused_total += reused
+        return blocks
+
+    def grow(self, blocks: SequenceBlocks, length: int) -> None:
+        """A generated token took the sequence to ``length`` tokens: a new block when it spills over."""
+        needed = self.blocks_for(length) - len(blocks.keys) - blocks.private
+        if needed > 0:
+            self._make_room(needed)
+            self._private += needed
+            blocks.private += needed
+            blocks.allocated += needed
+
+    def release(self, blocks: SequenceBlocks, tokens: Sequence[int]) -> None:
+        """A sequence ended. With reuse its computed whole blocks (``tokens`` but the last, whose KV
+        was never computed) stay cached, the deepest evicted first; everything else is freed."""
+        self._private -= blocks.private
+        if self.reuse:
+            computed = block_keys(tokens[: len(tokens) - 1], self.tokens_per_block)
+            if len(computed) < len(blocks.keys):
+                computed = blocks.keys
+            for key in blocks.keys:
+                self._unref(key)
+            # Most recently used now, the deepest of them evicted first: a parent outlives its children.
+            for key in reversed(computed):
+                if key not in self._refs:
+                    self._free_cached[key] = None
+                    self._free_cached.move_to_end(key)
+            self._make_room(0)
+        blocks.keys, blocks.private = [], 0
+
+    def _ref(self, key: int) -> None:
+        self._free_cached.pop(key, None)
+        self._refs[key] = self._refs.get(key, 0) + 1
+
+    def _unref(self, key: int) -> None:
+        count = self._refs.get(key, 0) - 1
+        if count > 0:
+            self._refs[key] = count
+        else:
+            self._refs.pop(key, None)
+            self._free_cached[key] = None
+
+    def _make_room(self, incoming: int) -> None:
+        """Evict free cached blocks, least recently used first, until ``incoming`` new ones fit."""
+        while self._free_cached and self.used_blocks + len(self._free_cached) + incoming > self.max_blocks:
+            self._free_cached.popitem(last=False)
 
 
 def _mix64(value: int) -> int:
@@ -444,6 +616,8 @@ class Engine:
         synthetic_step_s: float = 0.0,
         max_active: int = 1024,
         on_step: Callable[[StepStats], None] | None = None,
+        kv_cache: KvCacheManager | None = None,
+        synthetic_prefill_s_per_token: float = 0.0,
     ) -> None:
         if runner is None and not synthetic_candidates:
             raise ValueError("synthetic mode needs candidate token ids")
@@ -452,6 +626,8 @@ class Engine:
         self._step_s = synthetic_step_s
         self._max_active = max_active
         self._on_step = on_step
+        self._kv = kv_cache
+        self._prefill_s_per_token = synthetic_prefill_s_per_token
         self._lock = threading.Condition()
         self._pending: collections.deque[RequestGroup] = collections.deque()
         self._stop_ids: set[str] = set()
@@ -603,12 +779,17 @@ class Engine:
                     completed_requests_total=self._completed,
                     cancelled_requests_total=self._cancelled,
                     max_batch_size=self._max_batch,
+                    kv_cache=self._kv.stats() if self._kv is not None else None,
                 )
             )
 
     def _purge_finished(self) -> None:
         done = [s for s in self._active if s.finished or s.group.closed]
         if done:
+            if self._kv is not None:
+                for seq in done:
+                    if seq.blocks is not None:
+                        self._kv.release(seq.blocks, seq.prompt + seq.generated)
             if self._runner is not None:
                 self._runner.remove(s.uid for s in done if s.in_runner)
             self._active = [s for s in self._active if not (s.finished or s.group.closed)]
@@ -658,7 +839,11 @@ class Engine:
                 group = self._pending[0]
                 size = len(group.prompts) * group.num_return_sequences
                 # An oversized group still runs alone rather than waiting forever.
-                if self._active and len(self._active) + len(admitted) + size > self._max_active:
+                busy = bool(self._active or admitted)
+                if busy and len(self._active) + len(admitted) + size > self._max_active:
+                    break
+                # Like TensorRT-LLM's guaranteed_no_evict scheduler: wait for KV blocks to free up.
+                if busy and self._kv is not None and not all(self._kv.can_start(p) for p in group.prompts):
                     break
                 self._pending.popleft()
             if group.sink.is_cancelled():
@@ -678,6 +863,8 @@ class Engine:
                 for seq in admitted:
                     if seq.group is group and seq.in_runner and self._runner is not None:
                         self._runner.remove([seq.uid])
+                    if seq.group is group and seq.blocks is not None and self._kv is not None:
+                        self._kv.release(seq.blocks, seq.prompt)
                 admitted = [s for s in admitted if s.group is not group]
                 self._fail(group, f"prefill failed: {exc}")
         self._active.extend(admitted)
@@ -692,7 +879,15 @@ class Engine:
             self._next_uid += 1
             seq = _Sequence(self._next_uid, group, row, index, prompt, params, first_scheduled_ns=now)
             seqs.append(seq)
+        if self._kv is not None:
+            for seq in seqs:
+                seq.blocks = self._kv.start(prompt)
         if self._runner is None:
+            if self._prefill_s_per_token > 0:
+                # The context phase computes the prompt tokens whose KV cache was not reused.
+                first = seqs[0].blocks
+                cached = 0 if first is None or self._kv is None else first.reused * self._kv.tokens_per_block
+                time.sleep((len(prompt) - cached) * self._prefill_s_per_token)
             for seq in seqs:
                 seq.synthetic_base = synthetic_base(prompt, params.seed, seq.index)
                 self._accept(seq, synthetic_token(self._candidates, seq.synthetic_base, 0), 0.0, None)
@@ -833,6 +1028,8 @@ class Engine:
             seq.generation_logits.append(logits)
         seq.unsent += 1
         self._tokens += 1
+        if seq.blocks is not None and self._kv is not None:
+            self._kv.grow(seq.blocks, len(seq.prompt) + len(seq.generated))
         if len(seq.generated) >= params.max_new_tokens or any(
             _ends_with(seq.generated, w) for w in params.stop_words
         ):
@@ -900,13 +1097,11 @@ class Engine:
         if options.return_num_output_tokens:
             tensors["num_output_tokens"] = np.asarray([[new]], dtype=np.int32)
         if options.return_perf_metrics:
-            # No paged KV cache and no speculative decoding here: block counts and draft stats are zero.
-            for name in (
-                "kv_cache_alloc_new_blocks",
-                "kv_cache_reused_blocks",
-                "kv_cache_alloc_total_blocks",
-            ):
-                tensors[name] = np.zeros((1, 1), dtype=np.int32)
+            # The sequence's KV blocks so far (zero without a block manager); no speculative decoding.
+            blocks = seq.blocks or SequenceBlocks()
+            tensors["kv_cache_alloc_new_blocks"] = np.asarray([[blocks.new]], dtype=np.int32)
+            tensors["kv_cache_reused_blocks"] = np.asarray([[blocks.reused]], dtype=np.int32)
+            tensors["kv_cache_alloc_total_blocks"] = np.asarray([[blocks.allocated]], dtype=np.int32)
             tensors["arrival_time_ns"] = np.asarray([[group.arrival_ns]], dtype=np.int64)
             tensors["first_scheduled_time_ns"] = np.asarray([[seq.first_scheduled_ns]], dtype=np.int64)
             tensors["first_token_time_ns"] = np.asarray([[seq.first_token_ns]], dtype=np.int64)

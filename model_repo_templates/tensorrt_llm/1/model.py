@@ -20,6 +20,7 @@ from engine import (
     Engine,
     EngineError,
     GuidedDecoding,
+    KvCacheManager,
     OutputOptions,
     RequestGroup,
     SamplingParams,
@@ -32,6 +33,7 @@ UNSUPPORTED_INPUTS = ("prompt_embedding_table", "lora_task_id", "lora_weights", 
 _TRUE = ("true", "1", "yes", "on")
 _METRICS_PERIOD_S = 0.01
 _LOG_PERIOD_S = 1.0
+_DEFAULT_KV_CACHE_TOKENS = 262144
 
 
 def _parameter(config: dict[str, Any], key: str, default: str) -> str:
@@ -190,17 +192,41 @@ class TritonPythonModel:
                 # Serve everything else; guided requests get an error saying why.
                 self.guided_unavailable = f"xgrammar is not installed ({exc})"
                 pb_utils.Logger.log_warn(f"guided decoding disabled: {self.guided_unavailable}")
+        self.kv_cache = self._kv_cache(config)
         self.engine = Engine(
             runner=runner,
             synthetic_candidates=candidates,
             synthetic_step_s=step_s,
             max_active=max_active,
             on_step=self._publish,
+            kv_cache=self.kv_cache,
+            synthetic_prefill_s_per_token=float(_parameter(config, "synthetic_prefill_ms_per_token", "0"))
+            / 1000.0,
         )
         self.engine.start()
         pb_utils.Logger.log_info(
             f"CPU reference engine ready: mode={mode} model_dir={model_dir} decoupled={self.decoupled} "
-            f"max_active_requests={max_active} guided_decoding_backend={guided_backend or 'none'}"
+            f"max_active_requests={max_active} guided_decoding_backend={guided_backend or 'none'} "
+            f"kv_cache_reuse={self.kv_cache.reuse} tokens_per_block={self.kv_cache.tokens_per_block} "
+            f"kv_cache_blocks={self.kv_cache.max_blocks}"
+        )
+
+    @staticmethod
+    def _kv_cache(config: dict[str, Any]) -> KvCacheManager:
+        try:
+            tokens_per_block = int(_parameter(config, "tokens_per_block", "32"))
+            max_tokens = int(_parameter(config, "max_tokens_in_paged_kv_cache", str(_DEFAULT_KV_CACHE_TOKENS)))
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"KV cache parameters must be integers: {exc}") from None
+        if tokens_per_block < 1 or max_tokens < tokens_per_block:
+            raise pb_utils.TritonModelException(
+                f"tokens_per_block ({tokens_per_block}) must be >= 1 and max_tokens_in_paged_kv_cache "
+                f"({max_tokens}) at least one block"
+            )
+        return KvCacheManager(
+            tokens_per_block=tokens_per_block,
+            max_blocks=max_tokens // tokens_per_block,
+            reuse=_parameter(config, "enable_kv_cache_reuse", "false").lower() in _TRUE,
         )
 
     @staticmethod
@@ -239,7 +265,10 @@ class TritonPythonModel:
         general = pb_utils.MetricFamily(
             name="nv_trt_llm_general_metrics", description="General TRT LLM metrics", kind=gauge
         )
-        families = [requests, inflight, general]
+        kv_blocks = pb_utils.MetricFamily(
+            name="nv_trt_llm_kv_cache_block_metrics", description="TRT LLM KV cache block metrics", kind=gauge
+        )
+        families = [requests, inflight, general, kv_blocks]
         self._gauges = {
             "active": requests.Metric(labels={"request_type": "active", **labels}),
             "max": requests.Metric(labels={"request_type": "max", **labels}),
@@ -255,6 +284,10 @@ class TritonPythonModel:
             "iterations": general.Metric(labels={"general_type": "iteration_counter", **labels}),
             "timestamp": general.Metric(labels={"general_type": "timestamp", **labels}),
         }
+        for block_type in ("max", "free", "used", "tokens_per", "reused", "fraction"):
+            self._gauges[f"kv:{block_type}"] = kv_blocks.Metric(
+                labels={"kv_cache_block_type": block_type, **labels}
+            )
         peak = pb_utils.MetricFamily(
             name="trtllm_cpu_engine_max_batch_size",
             description="Most sequences the CPU reference engine has stepped together",
@@ -300,6 +333,18 @@ class TritonPythonModel:
             "timestamp": int(time.time()),
             "max_batch_size": stats.max_batch_size,
         }
+        if stats.kv_cache is not None:
+            kv = stats.kv_cache
+            values.update(
+                {
+                    "kv:max": kv.max_blocks,
+                    "kv:free": kv.free_blocks,
+                    "kv:used": kv.used_blocks,
+                    "kv:tokens_per": kv.tokens_per_block,
+                    "kv:reused": kv.reused_blocks,
+                    "kv:fraction": kv.fraction_used,
+                }
+            )
         for name, value in values.items():
             if self._published.get(name) != value:
                 self._gauges[name].set(value)
