@@ -67,13 +67,24 @@ class TritonEngines:
     """Triton adapters for every served model over one shared pool of Triton endpoints."""
 
     def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
+        from gateway.routing.base import RoutingSettings
+        from gateway.routing.registry import make_policy
         from gateway.triton.pool import TritonPool
 
         def on_health(url: str, healthy: bool) -> None:
             metrics.endpoint_healthy.labels(url).set(1 if healthy else 0)
 
+        routing = RoutingSettings(
+            block_size=settings.routing_block_size,
+            index_blocks=settings.routing_index_blocks,
+            ttl_s=settings.routing_ttl_s,
+            load_margin=settings.routing_load_margin,
+        )
         self.pool = TritonPool(
-            settings.triton_url, timeout_s=settings.triton_connect_timeout_s, on_health=on_health
+            settings.triton_url,
+            timeout_s=settings.triton_connect_timeout_s,
+            on_health=on_health,
+            policy=make_policy(settings.routing_policy, routing),
         )
 
     def __call__(self, model: ServedModel) -> Engine:

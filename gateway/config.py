@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway.routing.registry import DEFAULT_POLICY, POLICY_NAMES
 from gateway.text.tool_calls.registry import MODEL_FORMATS
 
 Route = Literal["ensemble", "engine"]
@@ -82,6 +83,29 @@ class Settings(BaseSettings):
         default=False,
         description="OpenTelemetry spans (needs the otel extra); OTLP exporter set by the OTEL_* variables.",
     )
+    routing_policy: str = Field(
+        default=DEFAULT_POLICY,
+        description="How a request picks among several --triton-url endpoints: "
+        + " | ".join(POLICY_NAMES)
+        + " (prefix: to the endpoint whose KV cache most likely holds the prompt's prefix).",
+    )
+    routing_block_size: int = Field(
+        default=32,
+        ge=1,
+        description="prefix routing: tokens per block when the engine model has no tokens_per_block.",
+    )
+    routing_index_blocks: int = Field(
+        default=65536, ge=1, description="prefix routing: block hashes remembered per endpoint."
+    )
+    routing_ttl_s: float = Field(
+        default=600.0, gt=0, description="prefix routing: how long a block hash or affinity is remembered."
+    )
+    routing_load_margin: int = Field(
+        default=8,
+        ge=0,
+        description="prefix routing: in-flight requests by which the best-matching endpoint may exceed "
+        "the least loaded before the least loaded gets the request.",
+    )
     triton_connect_timeout_s: float = Field(
         default=10.0, gt=0, description="Deadline for Triton metadata calls (config, readiness)."
     )
@@ -128,6 +152,13 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(
         default=30.0, ge=0, description="On SIGTERM, how long open streams may run before they are cancelled."
     )
+
+    @field_validator("routing_policy")
+    @classmethod
+    def _registered_policy(cls, value: str) -> str:
+        if value not in POLICY_NAMES:
+            raise ValueError(f"routing_policy must be one of {', '.join(POLICY_NAMES)}, not {value!r}")
+        return value
 
     @field_validator("triton_url", "api_keys", "cors_origins", mode="before")
     @classmethod

@@ -59,6 +59,8 @@ class GenerationRequest:
     # OpenAI logit_bias as (token id, bias) pairs, and the model's vocabulary size for the vector.
     logit_bias: tuple[tuple[int, float], ...] = ()
     vocab_size: int = 0
+    # Keeps a conversation on one engine replica (prompt_cache_key, a session header, the user).
+    affinity: str | None = None
 
 
 # Not frozen: one is made per streamed token, and a frozen dataclass's __init__ (object.__setattr__
@@ -74,6 +76,8 @@ class GenerationDelta:
     num_tokens: int = 0
     # Engine-reported totals, when the model returns them.
     num_input_tokens: int | None = None
+    # Prompt tokens whose KV cache the engine reused (not computed again), when it reports them.
+    cached_tokens: int | None = None
     # One entry per token in `token_ids`, when log probabilities were asked for.
     logprobs: tuple[TokenLogprob, ...] | None = None
 
@@ -93,6 +97,9 @@ class EngineInfo:
     logprobs: bool = False
     top_logprobs: bool = False
     logit_bias: bool = False
+    # Whether deltas carry `cached_tokens` (the engine reports its KV cache reuse), and its block size.
+    cached_tokens: bool = False
+    tokens_per_block: int | None = None
     # Whether requests must carry the prompt's token ids (the engine route sends them; a
     # non-streaming result that repeats the prompt is cut by their count). If not, the serving
     # layer may send a request before it has tokenized the prompt.

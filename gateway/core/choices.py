@@ -147,6 +147,9 @@ class GenerationTotals:
     prompt_tokens: int | None
     # Every choice finished (stop string, end id) before the engine did: its request was cancelled.
     stopped_early: bool = False
+    # Prompt tokens the engine took from its KV cache (None: it does not say). With several
+    # engine requests for one prompt (n without native sequences), the fewest any of them reused.
+    cached_tokens: int | None = None
 
 
 async def run_generation(
@@ -159,6 +162,10 @@ async def run_generation(
         async for delta in stream:
             if delta.num_input_tokens is not None:
                 totals.prompt_tokens = delta.num_input_tokens
+            if delta.cached_tokens is not None and (
+                totals.cached_tokens is None or delta.cached_tokens < totals.cached_tokens
+            ):
+                totals.cached_tokens = delta.cached_tokens
             choice = choices[delta.index]
             text = choice.feed(delta)
             if text or choice.done:

@@ -84,6 +84,15 @@ class PreparedRequest:
     def completion_tokens(self) -> int:
         return sum(c.completion_tokens for c in self.choices)
 
+    @property
+    def cached_tokens(self) -> int | None:
+        """Prompt tokens served from the engine's KV cache; None unless every prompt's engine
+        request reported it (so a usage never shows a count that is really unknown)."""
+        counts = [g.totals.cached_tokens for g in self.generations]
+        if not counts or any(n is None for n in counts):
+            return None
+        return sum(n for n in counts if n is not None)
+
 
 class GenerationService:
     """What the completions and chat services share: where models, limits and metrics come from."""
@@ -104,6 +113,26 @@ def stream_failure(exc: Exception) -> GatewayError:
     return error
 
 
+def affinity_key(
+    *,
+    prompt_cache_key: str | None,
+    session: str | None,
+    safety_identifier: str | None,
+    user: str | None,
+) -> str | None:
+    """What keeps a conversation on one engine replica (whose KV cache holds it): the client's
+    cache key first, then its session, then the end user; namespaced so that the kinds never meet."""
+    for kind, value in (
+        ("cache", prompt_cache_key),
+        ("session", session),
+        ("user", safety_identifier),
+        ("user", user),
+    ):
+        if value:
+            return f"{kind}:{value}"
+    return None
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -121,6 +150,7 @@ def build_generation(
     guide: tuple[str, str] | None = None,
     logprobs: int | None = None,
     logit_bias: tuple[tuple[int, float], ...] = (),
+    affinity: str | None = None,
 ) -> Generation:
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
@@ -140,6 +170,7 @@ def build_generation(
         logprobs=logprobs,
         logit_bias=logit_bias,
         vocab_size=runtime.vocab_size,
+        affinity=affinity,
     )
     choices = make_choices(
         runtime.tokenizer,

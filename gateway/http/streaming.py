@@ -22,6 +22,15 @@ T = TypeVar("T")
 TIMEOUT_HEADER = "x-request-timeout"
 
 
+SESSION_HEADER = "X-Session-Id"
+
+
+def session_id(request: Request) -> str | None:
+    """The client's session (`X-Session-Id`): routing keeps a session on one engine replica."""
+    value = request.headers.get(SESSION_HEADER)
+    return value.strip() or None if value is not None else None
+
+
 def client_timeout(request: Request) -> float | None:
     """The client's own deadline in seconds (`X-Request-Timeout`), if it sent a usable one."""
     raw = request.headers.get(TIMEOUT_HEADER)

@@ -9,7 +9,7 @@ and sent under whatever the model declares, never a guess.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -46,6 +46,7 @@ RETURN_GENERATION_LOGITS = "return_generation_logits"
 GUIDE_TYPE = "guided_decoding_guide_type"
 GUIDE = "guided_decoding_guide"
 EMBEDDING_BIAS = "embedding_bias"
+RETURN_PERF_METRICS = "return_perf_metrics"
 
 # Physical names per route; a tuple lists the names of one input across versions, newest first.
 _ENSEMBLE: dict[str, tuple[str, ...]] = {
@@ -85,6 +86,7 @@ _SHARED: dict[str, tuple[str, ...]] = {
     RETURN_NUM_OUTPUT_TOKENS: ("return_num_output_tokens",),
     RETURN_LOG_PROBS: ("return_log_probs",),
     RETURN_GENERATION_LOGITS: ("return_generation_logits",),
+    RETURN_PERF_METRICS: ("return_perf_metrics",),
     GUIDE_TYPE: ("guided_decoding_guide_type",),
     GUIDE: ("guided_decoding_guide",),
 }
@@ -107,6 +109,10 @@ NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
 OUTPUT_LOG_PROBS = "output_log_probs"
 GENERATION_LOGITS = "generation_logits"
+KV_CACHE_REUSED_BLOCKS = "kv_cache_reused_blocks"
+# The engine model's parameter giving its KV cache block size (see model_repo_templates/README.md):
+# the TensorRT-LLM backend does not report it, and reused blocks mean nothing without it.
+TOKENS_PER_BLOCK_PARAMETER = "tokens_per_block"
 
 _NP_DTYPES: dict[int, type[np.generic]] = {
     mc.TYPE_BOOL: np.bool_,
@@ -135,6 +141,8 @@ class Contract:
     inputs: dict[str, TensorSpec]
     outputs: frozenset[str]
     declared_inputs: frozenset[str]
+    # The engine's KV cache block size, when its model config states it.
+    tokens_per_block: int | None = None
 
     @property
     def exposes_token_ids(self) -> bool:
@@ -172,6 +180,16 @@ class Contract:
         return not (self.decoupled or EXCLUDE_INPUT_IN_OUTPUT in self.inputs)
 
     @property
+    def reports_cached_tokens(self) -> bool:
+        """Whether the engine can say how many prompt tokens came from its KV cache: it returns
+        kv_cache_reused_blocks with return_perf_metrics, and the block size is known."""
+        return (
+            RETURN_PERF_METRICS in self.inputs
+            and KV_CACHE_REUSED_BLOCKS in self.outputs
+            and self.tokens_per_block is not None
+        )
+
+    @property
     def variant(self) -> str:
         return "legacy" if self.declared_inputs & LEGACY_NAMES else "current"
 
@@ -189,17 +207,30 @@ class Contract:
             logprobs=self.logprobs,
             top_logprobs=self.top_logprobs,
             logit_bias=self.logit_bias,
+            cached_tokens=self.reports_cached_tokens,
+            tokens_per_block=self.tokens_per_block,
             needs_prompt_ids=self.route == "engine" or self.repeats_prompt,
             inputs=self.declared_inputs,
             outputs=self.outputs,
         )
 
     def with_decoupled(self, decoupled: bool) -> Contract:
-        return Contract(self.model, self.route, decoupled, self.inputs, self.outputs, self.declared_inputs)
+        return replace(self, decoupled=decoupled)
+
+    def with_tokens_per_block(self, tokens_per_block: int | None) -> Contract:
+        return replace(self, tokens_per_block=tokens_per_block)
 
 
 class ContractError(ValueError):
     """The model does not look like a TensorRT-LLM model the gateway can drive on this route."""
+
+
+def tokens_per_block(config: mc.ModelConfig) -> int | None:
+    """The engine model's KV cache block size from its `tokens_per_block` parameter, if it has a
+    positive integer one."""
+    parameter = config.parameters.get(TOKENS_PER_BLOCK_PARAMETER)
+    text = parameter.string_value.strip() if parameter is not None else ""
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def _dtype_name(code: int) -> str:

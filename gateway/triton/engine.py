@@ -12,6 +12,7 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import grpc
 from tritonclient.grpc import service_pb2
@@ -21,6 +22,7 @@ from gateway.asyncutil import merge
 from gateway.config import ServedModel
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
+from gateway.routing.base import RouteRequest
 from gateway.triton import contract as c
 from gateway.triton.connection import is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
@@ -65,6 +67,9 @@ class TritonAdapter:
         if self._info is not None and self._info[0] is k:
             return self._info[1]
         info = k.capabilities()
+        if self._pool.policy.needs_prompt_ids and not info.needs_prompt_ids:
+            # The routing policy reads the prompt's token ids: tokenize before sending.
+            info = replace(info, needs_prompt_ids=True)
         self._info = (k, info)
         return info
 
@@ -103,13 +108,16 @@ class TritonAdapter:
         for step in config.ensemble_scheduling.step:
             sub = await conn.model_config(step.model_name)
             decoupled = decoupled or bool(sub.model_transaction_policy.decoupled)
+        block_size = c.tokens_per_block(config)
         if self._route == "ensemble" and self._engine_model is not None:
             steps = {step.model_name for step in config.ensemble_scheduling.step}
             if self._engine_model in steps:
                 engine = await conn.model_config(self._engine_model)
                 if any(i.name == "stop" for i in engine.input):
                     self._cancel_model = self._engine_model
-        return c.read_contract(config, self._route).with_decoupled(decoupled)
+                block_size = c.tokens_per_block(engine)
+        contract = c.read_contract(config, self._route).with_decoupled(decoupled)
+        return contract.with_tokens_per_block(block_size)
 
     async def ensure_ready(self) -> None:
         if self._contract is None:
@@ -182,9 +190,11 @@ class TritonAdapter:
         )
 
         strip = len(request.prompt_ids) if contract.repeats_prompt else 0
+        block_size = contract.tokens_per_block or 0
+        route = RouteRequest(request.prompt_ids, contract.tokens_per_block, request.affinity)
         tried: list[Endpoint] = []
         while True:
-            endpoint = self._pool.pick(tried)
+            endpoint = self._pool.pick(tried, route)
             tried.append(endpoint)
             first = True
             endpoint.outstanding += 1
@@ -216,6 +226,9 @@ class TritonAdapter:
                         text=parsed.text,
                         num_tokens=count,
                         num_input_tokens=parsed.num_input_tokens,
+                        cached_tokens=None
+                        if parsed.kv_cache_reused_blocks is None
+                        else parsed.kv_cache_reused_blocks * block_size,
                         logprobs=token_logprobs(parsed, ids, request.logprobs)
                         if request.logprobs is not None
                         else None,

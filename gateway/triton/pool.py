@@ -1,8 +1,8 @@
-"""Several Triton endpoints serving the same models: health, least-outstanding routing, backoff.
+"""Several Triton endpoints serving the same models: health, routing, backoff.
 
-A request goes to the healthy endpoint with the fewest requests in flight. An endpoint that
-fails is skipped for a backoff period that doubles with each consecutive failure; a background
-probe (and any later success) brings it back.
+A request goes to the healthy endpoint the routing policy chooses (gateway/routing/: the fewest requests
+in flight by default). An endpoint that fails is skipped for a backoff period that doubles with
+each consecutive failure; a background probe (and any later success) brings it back.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from collections.abc import Callable, Iterable
 import grpc
 
 from gateway.errors import EngineUnavailableError
+from gateway.routing.base import RouteRequest, RoutingPolicy
+from gateway.routing.registry import make_policy
 from gateway.triton.connection import TritonConnection
 
 logger = logging.getLogger(__name__)
+_NO_ROUTE = RouteRequest()
 
 
 class Endpoint:
@@ -48,6 +51,7 @@ class TritonPool:
         max_backoff_s: float = 30.0,
         probe_interval_s: float = 2.0,
         on_health: Callable[[str, bool], None] | None = None,
+        policy: RoutingPolicy | None = None,
     ) -> None:
         self.endpoints = [Endpoint(TritonConnection(u, timeout_s=timeout_s)) for u in urls]
         if not self.endpoints:
@@ -57,6 +61,7 @@ class TritonPool:
         self._probe_interval = probe_interval_s
         self._probe: asyncio.Task[None] | None = None
         self._on_health = on_health
+        self.policy = policy if policy is not None else make_policy("least_outstanding")
         for endpoint in self.endpoints:
             self._report(endpoint)
 
@@ -64,9 +69,9 @@ class TritonPool:
         if self._on_health is not None:
             self._on_health(endpoint.url, endpoint.failures == 0)
 
-    def pick(self, exclude: Iterable[Endpoint] = ()) -> Endpoint:
-        """The least-loaded available endpoint not yet tried; if all are backing off, the one
-        that comes back first (a request is better tried than refused outright)."""
+    def pick(self, exclude: Iterable[Endpoint] = (), route: RouteRequest | None = None) -> Endpoint:
+        """The policy's choice among the available endpoints not yet tried; if all are backing
+        off, the one that comes back first (a request is better tried than refused outright)."""
         skip = set(map(id, exclude))
         candidates = [e for e in self.endpoints if id(e) not in skip]
         if not candidates:
@@ -74,7 +79,7 @@ class TritonPool:
         now = time.monotonic()
         ready = [e for e in candidates if e.available(now)]
         if ready:
-            return min(ready, key=lambda e: e.outstanding)
+            return self.policy.choose(ready, route or _NO_ROUTE)
         return min(candidates, key=lambda e: e.retry_at)
 
     def failed(self, endpoint: Endpoint, reason: str) -> None:

@@ -148,6 +148,9 @@ def build_request(
     outputs = requested_outputs(contract, num_sequences=num_sequences, stream=stream)
     if c.NUM_OUTPUT_TOKENS in outputs:
         values[c.RETURN_NUM_OUTPUT_TOKENS] = True
+    if contract.reports_cached_tokens:
+        values[c.RETURN_PERF_METRICS] = True
+        outputs.append(c.KV_CACHE_REUSED_BLOCKS)
     if request.logprobs is not None and contract.logprobs:
         values[c.RETURN_LOG_PROBS] = True
         outputs.append(c.OUTPUT_LOG_PROBS)
@@ -232,6 +235,7 @@ class ParsedResponse:
     log_probs: tuple[float, ...] | None = None
     # [tokens, vocab] rows of the generation logits, when asked for.
     logits: np.ndarray | None = None
+    kv_cache_reused_blocks: int | None = None
 
 
 def _bytes_elements(raw: bytes) -> list[bytes]:
@@ -271,6 +275,7 @@ def parse_response(response: Any) -> ParsedResponse:
     seq_len: int | None = None
     log_probs: tuple[float, ...] | None = None
     logits: np.ndarray | None = None
+    reused: int | None = None
     for pos, output in enumerate(outputs):
         if pos >= count:
             break
@@ -294,6 +299,8 @@ def parse_response(response: Any) -> ParsedResponse:
             dtype = np.float16 if output.datatype == "FP16" else np.float32
             vocab = int(output.shape[-1]) if output.shape else 0
             logits = np.frombuffer(raw, dtype=dtype).reshape(-1, vocab) if vocab else None
+        elif name == c.KV_CACHE_REUSED_BLOCKS:
+            reused = _int32(raw)
     text: bytes | None = None
     if ids is not None:
         # Token ids are exact; text_output comes along only because the ensemble needs it asked for.
@@ -302,7 +309,7 @@ def parse_response(response: Any) -> ParsedResponse:
             ids = ids[:seq_len]
     elif text_raw is not None:
         text = b"".join(_bytes_elements(text_raw))
-    return ParsedResponse(index, ids, text, n_out, n_in, final, False, log_probs, logits)
+    return ParsedResponse(index, ids, text, n_out, n_in, final, False, log_probs, logits, reused)
 
 
 def token_logprobs(parsed: ParsedResponse, ids: tuple[int, ...] | None, top: int) -> tuple[TokenLogprob, ...]:

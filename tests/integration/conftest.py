@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from deploy.devstack import TritonServer
+from deploy.devstack import DEV_TOKENS_PER_BLOCK, TritonServer
 from deploy.model_repo import render_repository
 from deploy.tiny_model import build_tiny_model
 
@@ -102,6 +102,9 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
             "engine_mode": mode,
             "name_prefix": prefix,
             "ensemble_output_ids": output_ids,
+            # As `make run` serves (and production configurations do): KV cache reuse on.
+            "enable_kv_cache_reuse": True,
+            "tokens_per_block": DEV_TOKENS_PER_BLOCK,
         }
         if mode == "synthetic":
             variables["synthetic_step_ms"] = SYNTHETIC_STEP_MS

@@ -24,6 +24,8 @@ class FakeEngine:
     logit_bias: bool = True
     # It never looks at the prompt's ids: requests may go out before the prompt is tokenized.
     needs_prompt_ids: bool = False
+    # Prompt tokens the engine says it reused from its KV cache (None: it does not report any).
+    cached_tokens: int | None = None
     # Fail after this many deltas (None: never), with this error.
     fail_after: int | None = None
     fail_with: type[Exception] = EngineError
@@ -49,6 +51,7 @@ class FakeEngine:
             top_logprobs=self.logprobs,
             logit_bias=self.logit_bias,
             needs_prompt_ids=self.needs_prompt_ids,
+            cached_tokens=self.cached_tokens is not None,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:
@@ -78,13 +81,19 @@ class FakeEngine:
                         raise self.fail_with("scripted engine failure")
                     sent += 1
                     token = ids[step]
+                    # Like TensorRT-LLM's perf metrics: every response of a sequence carries it.
+                    cached = self.cached_tokens
                     if self.token_ids:
                         lps = None
                         if request.logprobs is not None:
                             lps = (scripted_logprob(token, step, request.logprobs),)
-                        yield GenerationDelta(index=index, token_ids=(token,), num_tokens=1, logprobs=lps)
+                        yield GenerationDelta(
+                            index=index, token_ids=(token,), num_tokens=1, logprobs=lps, cached_tokens=cached
+                        )
                     else:
-                        yield GenerationDelta(index=index, text=self._token_bytes(token), num_tokens=1)
+                        yield GenerationDelta(
+                            index=index, text=self._token_bytes(token), num_tokens=1, cached_tokens=cached
+                        )
             finished = True
         finally:
             self.active.discard(request.request_id)

@@ -11,7 +11,7 @@ from gateway.apis.chat_completions.serving import ChatCompletionsService
 from gateway.apis.openai.errors import ERROR_RESPONSES
 from gateway.http.routing import JsonBodyRoute
 from gateway.http.services import service
-from gateway.http.streaming import client_timeout, event_stream, until_disconnect
+from gateway.http.streaming import client_timeout, event_stream, session_id, until_disconnect
 
 router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 
@@ -19,7 +19,7 @@ router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 @router.post("/v1/chat/completions", response_model=ChatCompletion)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Any:
     chat = service(request, ChatCompletionsService)
-    prepared = await chat.prepare(body, timeout_s=client_timeout(request))
+    prepared = await chat.prepare(body, timeout_s=client_timeout(request), session=session_id(request))
     if body.stream:
         return await event_stream(request, chat.stream(prepared))
     return await until_disconnect(request, chat.create(prepared))

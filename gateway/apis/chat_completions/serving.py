@@ -24,6 +24,7 @@ from gateway.core import validation as v
 from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
+    affinity_key,
     build_generation,
     events,
     new_id,
@@ -43,7 +44,7 @@ from gateway.text.tool_calls import (
 
 class ChatCompletionsService(GenerationService):
     async def prepare(
-        self, body: ChatCompletionRequest, *, timeout_s: float | None = None
+        self, body: ChatCompletionRequest, *, timeout_s: float | None = None, session: str | None = None
     ) -> PreparedRequest:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
@@ -94,6 +95,12 @@ class ChatCompletionsService(GenerationService):
             guide=plan.guide,
             logprobs=logprobs,
             logit_bias=bias,
+            affinity=affinity_key(
+                prompt_cache_key=body.prompt_cache_key,
+                session=session,
+                safety_identifier=body.safety_identifier,
+                user=body.user,
+            ),
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return PreparedRequest(
@@ -136,9 +143,7 @@ class ChatCompletionsService(GenerationService):
             created=prepared.created,
             model=prepared.runtime.name,
             choices=choices,
-            usage=CompletionUsage(
-                prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
-            ),
+            usage=CompletionUsage.of(prompt, completion, prepared.cached_tokens),
         )
 
     async def stream(self, prepared: PreparedRequest) -> AsyncGenerator[bytes, None]:
@@ -176,7 +181,7 @@ class ChatCompletionsService(GenerationService):
                 if event.finish_reason is not None:
                     yield writer.finish(event.index, finish_reason(event.finish_reason, parser.tool_calls))
             if prepared.include_usage:
-                yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
+                yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens, prepared.cached_tokens)
         except Exception as exc:
             yield error_event(stream_failure(exc))
         yield DONE

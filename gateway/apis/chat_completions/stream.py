@@ -52,5 +52,6 @@ class ChatChunkWriter:
         delta = {"tool_calls": calls}
         return self._chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}])
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        return dump({**self._base, "choices": [], "usage": usage_dict(prompt_tokens, completion_tokens)})
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
+        usage = usage_dict(prompt_tokens, completion_tokens, cached_tokens)
+        return dump({**self._base, "choices": [], "usage": usage})

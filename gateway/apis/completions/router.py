@@ -11,7 +11,7 @@ from gateway.apis.completions.serving import CompletionsService
 from gateway.apis.openai.errors import ERROR_RESPONSES
 from gateway.http.routing import JsonBodyRoute
 from gateway.http.services import service
-from gateway.http.streaming import client_timeout, event_stream, until_disconnect
+from gateway.http.streaming import client_timeout, event_stream, session_id, until_disconnect
 
 router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 
@@ -19,7 +19,9 @@ router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 @router.post("/v1/completions", response_model=Completion)
 async def create_completion(body: CompletionRequest, request: Request) -> Any:
     completions = service(request, CompletionsService)
-    prepared, echoes = await completions.prepare(body, timeout_s=client_timeout(request))
+    prepared, echoes = await completions.prepare(
+        body, timeout_s=client_timeout(request), session=session_id(request)
+    )
     if body.stream:
         return await event_stream(request, completions.stream(prepared, echoes))
     return await until_disconnect(request, completions.create(prepared, echoes))

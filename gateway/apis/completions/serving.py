@@ -16,6 +16,7 @@ from gateway.core import validation as v
 from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
+    affinity_key,
     build_generation,
     events,
     new_id,
@@ -27,7 +28,7 @@ from gateway.errors import InvalidRequestError, UnsupportedParameterError
 
 class CompletionsService(GenerationService):
     async def prepare(
-        self, body: CompletionRequest, *, timeout_s: float | None = None
+        self, body: CompletionRequest, *, timeout_s: float | None = None, session: str | None = None
     ) -> tuple[PreparedRequest, list[str]]:
         """Everything that can fail before generation starts, so it fails with a proper status."""
         runtime = self._registry.get(body.model)
@@ -48,6 +49,12 @@ class CompletionsService(GenerationService):
         response_id = new_id("cmpl")
         generations = []
         echoes = []
+        affinity = affinity_key(
+            prompt_cache_key=body.prompt_cache_key,
+            session=session,
+            safety_identifier=body.safety_identifier,
+            user=body.user,
+        )
         for i, (text, ids, max_tokens) in enumerate(prompts):
             generations.append(
                 build_generation(
@@ -61,6 +68,7 @@ class CompletionsService(GenerationService):
                     first_index=i * n,
                     logprobs=logprobs,
                     logit_bias=bias,
+                    affinity=affinity,
                 )
             )
             echoes.append(text if body.echo else "")
@@ -117,7 +125,7 @@ class CompletionsService(GenerationService):
                     logprobs = blocks[event.index].block(event.logprobs) if blocks else None
                     yield writer.text(event.index, event.text, event.finish_reason, logprobs)
             if prepared.include_usage:
-                yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
+                yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens, prepared.cached_tokens)
         except Exception as exc:
             yield error_event(stream_failure(exc))
         yield DONE
@@ -148,9 +156,7 @@ def _logprob_blocks(prepared: PreparedRequest, echoes: list[str], n: int) -> dic
 
 def _usage(prepared: PreparedRequest) -> CompletionUsage:
     prompt, completion = prepared.prompt_tokens, prepared.completion_tokens
-    return CompletionUsage(
-        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
-    )
+    return CompletionUsage.of(prompt, completion, prepared.cached_tokens)
 
 
 def _prompts(

@@ -32,5 +32,6 @@ class CompletionChunkWriter:
             dumps(finish_reason),
         )
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:
-        return dump({**self._base, "choices": [], "usage": usage_dict(prompt_tokens, completion_tokens)})
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
+        usage = usage_dict(prompt_tokens, completion_tokens, cached_tokens)
+        return dump({**self._base, "choices": [], "usage": usage})

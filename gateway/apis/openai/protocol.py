@@ -34,6 +34,9 @@ class GenerationFields(BaseModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    # Routing hints (OpenAI's prompt-caching fields): requests sharing one go to the same replica.
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
     # Fields OpenAI defines that change the result; rejected by name until supported.
     logprobs: Any = None
     logit_bias: dict[str, float] | None = None
@@ -49,10 +52,26 @@ class GenerationFields(BaseModel):
 # ---------------------------------------------------------------- responses
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int
+
+
 class CompletionUsage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    # Only when the engine reports its KV cache reuse: absent, never a made-up zero.
+    prompt_tokens_details: PromptTokensDetails | None = Field(default=None, exclude_if=lambda v: v is None)
+
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None) -> CompletionUsage:
+        details = None if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
+        return cls(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=details,
+        )
 
 
 class ErrorDetail(BaseModel):

@@ -4,9 +4,11 @@ the same value the adapter serves as its `info`; one factory builds a model's ad
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from gateway.check import report
 from gateway.config import ServedModel
+from gateway.routing.registry import make_policy
 from gateway.text.tokenizer import Tokenizer
 from gateway.triton.engine import TritonAdapter, adapter_for
 from gateway.triton.pool import TritonPool
@@ -50,7 +52,16 @@ async def test_one_factory_builds_each_models_adapter_on_its_route(tiny_bpe_dir:
 
 def test_the_adapters_info_is_the_contracts_capabilities() -> None:
     contract = contract_of(CURRENT)
-    adapter = TritonAdapter(None, "ensemble")  # type: ignore[arg-type]
+    pool = SimpleNamespace(policy=make_policy("least_outstanding"))
+    adapter = TritonAdapter(pool, "ensemble")  # type: ignore[arg-type]
     adapter._contract = contract
     assert adapter.info == contract.capabilities()
     assert adapter.info is adapter.info  # made once per contract learned
+
+
+def test_prefix_routing_makes_the_core_tokenize_before_sending() -> None:
+    contract = contract_of(CURRENT)
+    assert not contract.capabilities().needs_prompt_ids
+    adapter = TritonAdapter(SimpleNamespace(policy=make_policy("prefix")), "ensemble")  # type: ignore[arg-type]
+    adapter._contract = contract
+    assert adapter.info.needs_prompt_ids

@@ -285,3 +285,51 @@ def test_the_cancel_request_names_the_engine_and_the_request() -> None:
     assert (stop.model_name, stop.id) == ("tensorrt_llm", "42")
     assert values["stop"] == ("BOOL", [1, 1], [True])
     assert set(values) == {"input_ids", "input_lengths", "request_output_len", "stop"}
+
+
+PERF = CURRENT.replace(
+    '{ name: "return_num_output_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true }',
+    '{ name: "return_num_output_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true },\n'
+    '  { name: "return_perf_metrics" data_type: TYPE_BOOL dims: [ 1 ] optional: true }',
+).replace(
+    '{ name: "num_output_tokens" data_type: TYPE_INT32 dims: [ 1 ] }',
+    '{ name: "num_output_tokens" data_type: TYPE_INT32 dims: [ 1 ] },\n'
+    '  { name: "kv_cache_reused_blocks" data_type: TYPE_INT32 dims: [ 1 ] }',
+)
+
+
+def test_perf_metrics_are_asked_for_only_when_the_block_size_is_known() -> None:
+    unknown = contract_of(PERF)
+    assert not unknown.reports_cached_tokens
+    assert "return_perf_metrics" not in tensor_values(
+        build(unknown, request(), seed=None, num_sequences=1, stream=True)
+    )
+    known = unknown.with_tokens_per_block(16)
+    assert known.reports_cached_tokens and known.capabilities().cached_tokens
+    out = build(known, request(), seed=None, num_sequences=1, stream=True)
+    assert tensor_values(out)["return_perf_metrics"] == ("BOOL", [1, 1], [True])
+    assert "kv_cache_reused_blocks" in [o.name for o in out.outputs]
+    # A contract without the tensors never asks, whatever the block size.
+    assert not contract_of(CURRENT).with_tokens_per_block(16).reports_cached_tokens
+
+
+def test_the_block_size_comes_from_the_tokens_per_block_parameter() -> None:
+    config = text_format.Parse(PERF, mc.ModelConfig())
+    assert c.tokens_per_block(config) is None
+    config.parameters["tokens_per_block"].string_value = "64"
+    assert c.tokens_per_block(config) == 64
+    config.parameters["tokens_per_block"].string_value = "${tokens_per_block}"
+    assert c.tokens_per_block(config) is None
+
+
+def test_reused_blocks_are_read_from_a_response() -> None:
+    ids = np.array([[[17]]], dtype=np.int32).tobytes()
+    parsed = parse_response(
+        _response(
+            {
+                "output_ids": ("INT32", [1, 1, 1], ids),
+                "kv_cache_reused_blocks": ("INT32", [1, 1], np.array([5], dtype=np.int32).tobytes()),
+            }
+        )
+    )
+    assert parsed.kv_cache_reused_blocks == 5

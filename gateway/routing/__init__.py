@@ -1,0 +1,1 @@
+"""Routing policies: which Triton endpoint serves a request (one file each, registry.py names them)."""

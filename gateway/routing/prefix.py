@@ -1,0 +1,126 @@
+"""`prefix`: KV-cache-aware routing. A request goes to the endpoint that most recently got the
+longest prefix of its prompt, so the engine there reuses the KV cache blocks it already holds.
+
+The prompt's token ids are cut into blocks of the engine's block size and hashed as a chain (block
+i's hash covers blocks 0..i, as TensorRT-LLM and vLLM key reusable blocks), so a match of k hashes
+is a shared prefix of k whole blocks. Each endpoint has a bounded index of the hashes sent there
+(least recently used out first, forgotten after a TTL: the engine evicts too). A load guard gives
+way to the least loaded endpoint when the best match is busier by more than a margin, and an
+affinity key (prompt_cache_key, session, user) keeps a conversation where it started unless another
+endpoint holds more of its prompt.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import struct
+import time
+from collections.abc import Callable, Sequence
+
+from gateway.routing.base import E, RouteRequest, RoutingSettings, least_loaded
+
+
+def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
+    """Chained 64-bit hashes of the whole blocks of `token_ids` (a partial last block has none)."""
+    hashes: list[int] = []
+    parent = 0
+    whole = len(token_ids) - len(token_ids) % block_size
+    for start in range(0, whole, block_size):
+        block = struct.pack(f"<Q{block_size}i", parent, *token_ids[start : start + block_size])
+        parent = int.from_bytes(hashlib.blake2b(block, digest_size=8).digest(), "little")
+        hashes.append(parent)
+    return hashes
+
+
+class BlockIndex:
+    """The block hashes recently sent to one endpoint: at most `capacity`, each for `ttl_s`."""
+
+    def __init__(self, capacity: int, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._capacity = capacity
+        self._ttl = ttl_s
+        self._clock = clock
+        # hash -> when it expires, least recently sent first.
+        self._entries: collections.OrderedDict[int, float] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, hashes: Sequence[int]) -> None:
+        expires = self._clock() + self._ttl
+        entries = self._entries
+        for h in hashes:
+            entries[h] = expires
+            entries.move_to_end(h)
+        while len(entries) > self._capacity:
+            entries.popitem(last=False)
+
+    def matched_blocks(self, hashes: Sequence[int]) -> int:
+        """How many leading hashes are here and unexpired."""
+        now = self._clock()
+        count = 0
+        for h in hashes:
+            expires = self._entries.get(h)
+            if expires is None:
+                break
+            if expires <= now:
+                del self._entries[h]
+                break
+            count += 1
+        return count
+
+
+class PrefixAware:
+    needs_prompt_ids = True
+
+    def __init__(self, settings: RoutingSettings, clock: Callable[[], float] = time.monotonic) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._indexes: dict[str, BlockIndex] = {}
+        # affinity key -> (endpoint url, expiry), least recently used first.
+        self._affinity: collections.OrderedDict[str, tuple[str, float]] = collections.OrderedDict()
+
+    def index(self, url: str) -> BlockIndex:
+        index = self._indexes.get(url)
+        if index is None:
+            index = BlockIndex(self._settings.index_blocks, self._settings.ttl_s, self._clock)
+            self._indexes[url] = index
+        return index
+
+    def choose(self, endpoints: Sequence[E], request: RouteRequest) -> E:
+        size = request.block_size or self._settings.block_size
+        hashes = block_hashes(request.token_ids, size) if request.token_ids else []
+        matches = [self.index(e.url).matched_blocks(hashes) for e in endpoints]
+        best = max(matches)
+        # The longest match; among equals, the least loaded.
+        chosen = min(
+            (e for e, m in zip(endpoints, matches, strict=True) if m == best), key=lambda e: e.outstanding
+        )
+        pinned = self._pinned(endpoints, request.affinity)
+        if pinned is not None and matches[endpoints.index(pinned)] == best:
+            chosen = pinned
+        lightest = least_loaded(endpoints)
+        if chosen.outstanding - lightest.outstanding > self._settings.load_margin:
+            chosen = lightest
+        self.index(chosen.url).add(hashes)
+        if request.affinity is not None:
+            self._remember(request.affinity, chosen.url)
+        return chosen
+
+    def _pinned(self, endpoints: Sequence[E], key: str | None) -> E | None:
+        if key is None:
+            return None
+        entry = self._affinity.get(key)
+        if entry is None:
+            return None
+        url, expires = entry
+        if expires <= self._clock():
+            del self._affinity[key]
+            return None
+        return next((e for e in endpoints if e.url == url), None)
+
+    def _remember(self, key: str, url: str) -> None:
+        self._affinity[key] = (url, self._clock() + self._settings.ttl_s)
+        self._affinity.move_to_end(key)
+        while len(self._affinity) > self._settings.affinity_keys:
+            self._affinity.popitem(last=False)

@@ -1,0 +1,147 @@
+"""Routing policies: chained block hashes, the per-endpoint index's bounds, prefix matching, the
+load guard, affinity, round robin and the registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from gateway.config import Settings
+from gateway.routing.base import RouteRequest, RoutingSettings
+from gateway.routing.prefix import BlockIndex, PrefixAware, block_hashes
+from gateway.routing.registry import POLICY_NAMES, make_policy
+
+
+@dataclass
+class Ep:
+    url: str
+    outstanding: int = 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_same_prefix_gives_the_same_chain() -> None:
+    ids = list(range(100))
+    assert block_hashes(ids, 16) == block_hashes(list(ids), 16)
+    assert len(block_hashes(ids, 16)) == 6  # the partial last block has no hash
+    # A longer prompt with the same start shares every hash of the shorter one.
+    assert block_hashes([*ids, 7, 8, 9], 16)[:6] == block_hashes(ids, 16)
+
+
+def test_a_one_token_change_changes_every_later_block() -> None:
+    ids = list(range(100))
+    changed = [*ids[:40], 12345, *ids[41:]]
+    before, after = block_hashes(ids, 16), block_hashes(changed, 16)
+    assert before[:2] == after[:2]
+    assert all(a != b for a, b in zip(before[2:], after[2:], strict=True))
+
+
+def test_equal_blocks_at_different_depths_hash_differently() -> None:
+    hashes = block_hashes([5] * 32, 16)
+    assert hashes[0] != hashes[1]
+
+
+def test_the_index_forgets_the_least_recently_sent_beyond_its_capacity() -> None:
+    index = BlockIndex(capacity=4, ttl_s=60)
+    first, second = block_hashes(list(range(48)), 16), block_hashes(list(range(100, 148)), 16)
+    index.add(first)
+    index.add(second)
+    assert len(index) == 4
+    # first's two oldest hashes went: its prefix no longer matches from the start.
+    assert index.matched_blocks(first) == 0
+    assert index.matched_blocks(second) == 3
+
+
+def test_the_index_forgets_hashes_after_their_ttl() -> None:
+    clock = Clock()
+    index = BlockIndex(capacity=100, ttl_s=10, clock=clock)
+    hashes = block_hashes(list(range(64)), 16)
+    index.add(hashes)
+    clock.now += 9
+    assert index.matched_blocks(hashes) == 4
+    index.add(hashes[:2])  # sent again: refreshed
+    clock.now += 5
+    assert index.matched_blocks(hashes) == 2
+    clock.now += 20
+    assert index.matched_blocks(hashes) == 0
+
+
+def _prefix(**kwargs: float) -> PrefixAware:
+    return PrefixAware(RoutingSettings(**kwargs))  # type: ignore[arg-type]
+
+
+def test_prefix_routing_sends_a_shared_prefix_where_it_went_before() -> None:
+    policy = _prefix(load_margin=8)
+    a, b, c = Ep("a"), Ep("b"), Ep("c")
+    system = list(range(64))
+    first = policy.choose([a, b, c], RouteRequest([*system, 1, 2, 3], 16))
+    first.outstanding += 1
+    # Other users with the same long system prompt follow it, though it is now the busiest.
+    for user in range(5):
+        chosen = policy.choose([a, b, c], RouteRequest([*system, 100 + user], 16))
+        assert chosen is first
+    # A prompt sharing nothing goes to the least loaded.
+    other = policy.choose([a, b, c], RouteRequest(list(range(500, 600)), 16))
+    assert other is not first
+
+
+def test_the_longest_match_wins() -> None:
+    policy = _prefix()
+    a, b = Ep("a"), Ep("b")
+    doc = list(range(128))
+    policy.index("a").add(block_hashes(doc[:32], 16))
+    policy.index("b").add(block_hashes(doc[:96], 16))
+    assert policy.choose([a, b], RouteRequest(doc, 16)).url == "b"
+
+
+def test_the_load_guard_falls_back_to_the_least_loaded_endpoint() -> None:
+    policy = _prefix(load_margin=2)
+    a, b = Ep("a", outstanding=0), Ep("b", outstanding=0)
+    prompt = list(range(64))
+    policy.index("b").add(block_hashes(prompt, 16))
+    b.outstanding = 2
+    assert policy.choose([a, b], RouteRequest(prompt, 16)) is b  # within the margin
+    b.outstanding = 3
+    assert policy.choose([a, b], RouteRequest(prompt, 16)) is a  # beyond it
+
+
+def test_affinity_keeps_a_conversation_on_its_endpoint() -> None:
+    policy = _prefix()
+    a, b = Ep("a"), Ep("b")
+    first = policy.choose([a, b], RouteRequest([1, 2, 3], 16, affinity="session:x"))
+    first.outstanding += 3
+    # Short prompts (no whole block) of the same session follow it though it is busier.
+    for turn in range(3):
+        assert policy.choose([a, b], RouteRequest([4, 5, turn], 16, affinity="session:x")) is first
+    # Without the key: the least loaded.
+    assert policy.choose([a, b], RouteRequest([4, 5, 6], 16)) is not first
+
+
+def test_the_block_size_falls_back_to_the_setting_when_the_engine_has_none() -> None:
+    policy = _prefix(block_size=8)
+    a, b = Ep("a"), Ep("b")
+    policy.index("b").add(block_hashes(list(range(16)), 8))
+    assert policy.choose([a, b], RouteRequest(list(range(20)), None)) is b
+
+
+def test_round_robin_takes_turns_and_least_outstanding_takes_the_least_loaded() -> None:
+    a, b, c = Ep("a", 5), Ep("b", 0), Ep("c", 1)
+    rr = make_policy("round_robin")
+    assert [rr.choose([a, b, c], RouteRequest()).url for _ in range(4)] == ["a", "b", "c", "a"]
+    assert make_policy("least_outstanding").choose([a, b, c], RouteRequest()) is b
+
+
+def test_the_config_takes_its_allowed_policies_from_the_registry() -> None:
+    assert POLICY_NAMES == ("least_outstanding", "round_robin", "prefix")
+    assert Settings(routing_policy="prefix").routing_policy == "prefix"
+    with pytest.raises(ValueError, match="least_outstanding, round_robin, prefix"):
+        Settings(routing_policy="random")
+    with pytest.raises(ValueError, match="routing policy must be one of"):
+        make_policy("random")
