@@ -10,8 +10,9 @@ thousands of tokens: Codex CLI's ~21 KB of instructions, Claude Code's ~75 KB of
 byte-level BPE trained to a larger vocabulary on a larger built-in corpus (`deploy.tiny_corpus`),
 so English and JSON take well under one token per byte, a 64k-token context (long rotary
 positions cost nothing at this size), the ``<think>`` / ``</think>`` tokens of a reasoning model
-(added but not special, like the tool-call tokens), and a chat template that renders
-``enable_thinking``, ``reasoning_effort`` and assistant messages' ``reasoning_content``.
+(added but not special, like the tool-call tokens), the harmony markers of gpt-oss (special, as
+there), and a chat template that renders ``enable_thinking``, ``reasoning_effort`` and assistant
+messages' ``reasoning_content``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,17 @@ SPECIAL_TOKENS: Final = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, EOT_TOKEN, IM_START_TO
 # Added but not special: they survive skip_special_tokens, like real tool-call markers do.
 TOOL_CALL_TOKENS: Final = ("<tool_call>", "</tool_call>")
 THINK_TOKENS: Final = ("<think>", "</think>")
+# The harmony format's markers (gpt-oss), special as in its tokenizer: a test can steer the agent
+# model into writing harmony channels for the gpt_oss reasoning parser.
+HARMONY_TOKENS: Final = (
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|constrain|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+)
 
 VOCAB_SIZE: Final = {"bpe": 640, "metaspace": 700, "agent": 4096}
 # Keeps rare characters (most CJK, all emoji) out of the metaspace alphabet so they use byte fallback.
@@ -224,20 +236,23 @@ class Recipe:
     corpus: str
     # Added but not special: they survive skip_special_tokens, like real tool-call and think markers.
     added_tokens: tuple[str, ...]
+    # Special beyond the common ones (dropped by skip_special_tokens).
+    extra_special_tokens: tuple[str, ...]
     chat_template: str
     model: Mapping[str, Any]
 
 
 RECIPES: Final[dict[str, Recipe]] = {
-    "bpe": Recipe("bpe", VOCAB_SIZE["bpe"], CORPUS, TOOL_CALL_TOKENS, CHAT_TEMPLATE, MODEL_PARAMS),
+    "bpe": Recipe("bpe", VOCAB_SIZE["bpe"], CORPUS, TOOL_CALL_TOKENS, (), CHAT_TEMPLATE, MODEL_PARAMS),
     "metaspace": Recipe(
-        "metaspace", VOCAB_SIZE["metaspace"], CORPUS, TOOL_CALL_TOKENS, CHAT_TEMPLATE, MODEL_PARAMS
+        "metaspace", VOCAB_SIZE["metaspace"], CORPUS, TOOL_CALL_TOKENS, (), CHAT_TEMPLATE, MODEL_PARAMS
     ),
     "agent": Recipe(
         "bpe",
         VOCAB_SIZE["agent"],
         CORPUS + AGENT_CORPUS,
         (*TOOL_CALL_TOKENS, *THINK_TOKENS),
+        HARMONY_TOKENS,
         AGENT_CHAT_TEMPLATE,
         AGENT_MODEL_PARAMS,
     ),
@@ -270,6 +285,7 @@ def _recipe_key(kind: str) -> str:
         "alphabet_limit": METASPACE_ALPHABET_LIMIT,
         "special_tokens": SPECIAL_TOKENS,
         "added_tokens": recipe.added_tokens,
+        "extra_special_tokens": recipe.extra_special_tokens,
         "chat_template": recipe.chat_template,
         "model": dict(recipe.model),
         # Training and random init may change across library versions; a new version gets a new dir.
@@ -350,7 +366,7 @@ def _save_tokenizer(recipe: Recipe, out: Path):  # -> PreTrainedTokenizerFast
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
         unk_token=UNK_TOKEN if recipe.family == "metaspace" else None,
-        additional_special_tokens=[EOT_TOKEN, IM_START_TOKEN],
+        additional_special_tokens=[EOT_TOKEN, IM_START_TOKEN, *recipe.extra_special_tokens],
         chat_template=recipe.chat_template,
         clean_up_tokenization_spaces=False,
         model_max_length=recipe.model["max_position_embeddings"],
