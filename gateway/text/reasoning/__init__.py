@@ -3,7 +3,15 @@ calls, streamed token by token or whole. Pure: no tokenizer, no I/O.
 
 Formats (one module each, registered in `registry`): ``deepseek_r1`` and ``qwen3`` (a
 ``<think>`` ... ``</think>`` block, also when the chat template opened it in the prompt) and
-``gpt_oss`` (the harmony channels, parsed here: see `gpt_oss` for why not with ``openai-harmony``).
+``gpt_oss`` (the harmony channels). Harmony is parsed here from its channel markers, not with the
+``openai-harmony`` library: that library needs the ``o200k_base.tiktoken`` vocabulary, which it
+downloads at run time (no model directory or wheel carries it), so it fails offline; and it only
+understands the ids of its own encoding (details in `gpt_oss`).
+
+The parsers read text, not ids: the markers of the think formats are added tokens that a default
+decode keeps, and harmony's are special tokens, so a gpt_oss model's output is decoded with
+special tokens kept (`ReasoningFormat.keeps_special_tokens`). The ids are used only to count
+`reasoning_tokens` (usage's ``output_tokens_details.reasoning_tokens``) exactly.
 
 Wiring, per choice: ``fmt = get_format(name)`` once per model, with
 ``ids = fmt.marker_ids(vocab)``; decode the output with special tokens kept when
