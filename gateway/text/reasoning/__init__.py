@@ -1,7 +1,7 @@
 """Reasoning models: splitting a reply into the model's thinking, its answer and (gpt-oss) its tool
 calls, streamed token by token or whole. Pure: no tokenizer, no I/O.
 
-Formats (one module each, registered in `registry`): ``deepseek_r1`` and ``qwen3`` (a
+Formats (one module each under `formats/`, listed in `registry`): ``deepseek_r1`` and ``qwen3`` (a
 ``<think>`` ... ``</think>`` block, also when the chat template opened it in the prompt) and
 ``gpt_oss`` (the harmony channels). Harmony is parsed here from its channel markers, not with the
 ``openai-harmony`` library: that library needs the ``o200k_base.tiktoken`` vocabulary, which it
@@ -13,7 +13,7 @@ decode keeps, and harmony's are special tokens, so a gpt_oss model's output is d
 special tokens kept (`ReasoningFormat.keeps_special_tokens`). The ids are used only to count
 `reasoning_tokens` (usage's ``output_tokens_details.reasoning_tokens``) exactly.
 
-Wiring, per choice: ``fmt = get_format(name)`` once per model, with
+Wiring, per choice: ``fmt = get_format(name)`` once per model (None for ``"none"``), with
 ``ids = fmt.marker_ids(vocab)``; decode the output with special tokens kept when
 ``fmt.keeps_special_tokens``; ``parser = fmt.parser(prompt=rendered_prompt, marker_ids=ids)``;
 then ``parser.feed(text_delta, new_token_ids)`` each step and ``parser.finish()`` at the end.
@@ -32,7 +32,7 @@ from gateway.text.reasoning.base import (
     ReasoningOutput,
     ReasoningParser,
 )
-from gateway.text.reasoning.registry import FORMATS, get_format
+from gateway.text.reasoning.registry import FORMATS, MODEL_FORMATS, check_format, get_format
 from gateway.text.tool_calls import ContentDelta, ToolCall, ToolCallStart, new_tool_call_id
 
 
@@ -48,6 +48,8 @@ def parse_reasoning(
     """The reasoning, content and tool calls of a complete reply (`token_ids`: the ids it was
     decoded from, for `reasoning_tokens`)."""
     fmt = get_format(format) if isinstance(format, str) else format
+    if fmt is None:
+        return ReasoningOutput(None, text, (), 0)
     parser = fmt.parser(prompt=prompt, marker_ids=marker_ids, make_id=make_id)
     events = parser.feed(text, token_ids) + parser.finish()
     reasoning: list[str] = []
@@ -72,11 +74,13 @@ def parse_reasoning(
 
 __all__ = [
     "FORMATS",
+    "MODEL_FORMATS",
     "ReasoningDelta",
     "ReasoningEvent",
     "ReasoningFormat",
     "ReasoningOutput",
     "ReasoningParser",
+    "check_format",
     "get_format",
     "parse_reasoning",
 ]

@@ -8,15 +8,17 @@ from hypothesis import strategies as st
 
 from gateway.text.reasoning import (
     FORMATS,
+    MODEL_FORMATS,
     ReasoningDelta,
     ReasoningEvent,
     ReasoningOutput,
+    check_format,
     get_format,
     parse_reasoning,
 )
 from gateway.text.reasoning.think import prompt_state
 from gateway.text.tool_calls import ContentDelta
-from tests.unit.text.reasoning.toy import MARKER_IDS, ids_of, tokenize
+from tests.unit.gateway.text.reasoning.toy import MARKER_IDS, format_named, ids_of, tokenize
 
 QWEN3_THINKING = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 QWEN3_NO_THINKING = QWEN3_THINKING + "<think>\n\n</think>\n\n"
@@ -29,14 +31,22 @@ def parse(text: str, fmt: str, prompt: str = "") -> ReasoningOutput:
 
 def test_the_registry_lists_every_format_by_its_own_name() -> None:
     assert FORMATS == ("deepseek_r1", "qwen3", "gpt_oss")
-    assert [get_format(name).name for name in FORMATS] == list(FORMATS)
+    assert ("none", *FORMATS) == MODEL_FORMATS
+    assert [format_named(name).name for name in FORMATS] == list(FORMATS)
+    assert get_format("none") is None
 
 
 def test_an_unknown_format_is_a_configuration_error_naming_the_choices() -> None:
     from gateway.errors import ServerConfigError
 
-    with pytest.raises(ServerConfigError, match="deepseek_r1, qwen3, gpt_oss"):
+    with pytest.raises(ServerConfigError, match="none, deepseek_r1, qwen3, gpt_oss"):
         get_format("deepseek")
+    assert check_format("qwen3") == "qwen3"
+
+
+def test_none_leaves_the_whole_reply_as_content() -> None:
+    text = "<think>x</think>y"
+    assert parse_reasoning(text, "none") == ReasoningOutput(None, text, (), 0)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +143,7 @@ def merged(events: list[ReasoningEvent]) -> list[tuple[str, str]]:
 def stream(text: str, fmt: str, prompt: str, cuts: list[int]) -> tuple[list[ReasoningEvent], int]:
     """Feed the tokens of `text` in chunks that end at the token positions `cuts`."""
     tokens = tokenize(text)
-    parser = get_format(fmt).parser(prompt=prompt, marker_ids=MARKER_IDS)
+    parser = format_named(fmt).parser(prompt=prompt, marker_ids=MARKER_IDS)
     events: list[ReasoningEvent] = []
     start = 0
     for end in [*sorted(set(cuts)), len(tokens)]:
@@ -145,7 +155,7 @@ def stream(text: str, fmt: str, prompt: str, cuts: list[int]) -> tuple[list[Reas
 
 
 def test_streamed_deltas_go_out_as_soon_as_they_are_decided() -> None:
-    parser = get_format("qwen3").parser(marker_ids=MARKER_IDS)
+    parser = format_named("qwen3").parser(marker_ids=MARKER_IDS)
     steps = ["<thi", "nk>\nI ", "think </th", "ink>\n", "\nAns", "wer"]
     out = [parser.feed(step) for step in steps]
     assert out == [

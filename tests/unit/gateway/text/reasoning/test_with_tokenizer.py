@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from gateway.text.detokenizer import IncrementalDetokenizer
-from gateway.text.reasoning import ReasoningDelta, ReasoningEvent, get_format, parse_reasoning
+from gateway.text.reasoning import ReasoningDelta, ReasoningEvent, parse_reasoning
 from gateway.text.tool_calls import ContentDelta, ToolCallArguments, ToolCallStart
+from tests.unit.gateway.text.reasoning.toy import format_named
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def tokenizer(tiny_agent_dir: Path) -> Any:
 
 
 def stream(tokenizer: Any, fmt_name: str, text: str, prompt: str) -> tuple[list[ReasoningEvent], int]:
-    fmt = get_format(fmt_name)
+    fmt = format_named(fmt_name)
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     ids = tokenizer.encode(text, add_special_tokens=False)
     decoder = IncrementalDetokenizer(tokenizer, prompt_ids, skip_special_tokens=not fmt.keeps_special_tokens)
@@ -51,7 +52,7 @@ def test_qwen3_token_by_token_with_the_template_opening_the_block(tokenizer: Any
         "qwen3",
         prompt=prompt,
         token_ids=tokenizer.encode(text, add_special_tokens=False),
-        marker_ids=get_format("qwen3").marker_ids(tokenizer.get_vocab()),
+        marker_ids=format_named("qwen3").marker_ids(tokenizer.get_vocab()),
     )
     assert (whole.reasoning, whole.content, whole.reasoning_tokens) == (thought, "Hello! 你好 🙂", tokens)
 

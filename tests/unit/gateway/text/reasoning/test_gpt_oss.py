@@ -10,11 +10,10 @@ from gateway.text.reasoning import (
     ReasoningDelta,
     ReasoningEvent,
     ReasoningOutput,
-    get_format,
     parse_reasoning,
 )
 from gateway.text.tool_calls import ContentDelta, ToolCall, ToolCallArguments, ToolCallStart
-from tests.unit.text.reasoning.toy import MARKER_IDS, Counter, ids_of, tokenize
+from tests.unit.gateway.text.reasoning.toy import MARKER_IDS, Counter, format_named, ids_of, tokenize
 
 ANALYSIS = "<|channel|>analysis<|message|>The user wants the weather. Call the tool.<|end|>"
 NEXT = "<|start|>assistant"
@@ -34,7 +33,7 @@ def weather(arguments: str = '{"city": "Paris"}', index: int = 1) -> ToolCall:
 
 
 def test_the_format_keeps_special_tokens_and_names_its_markers() -> None:
-    fmt = get_format("gpt_oss")
+    fmt = format_named("gpt_oss")
     assert fmt.keeps_special_tokens
     vocab = {"<|message|>": 7, "<|end|>": 8, "hello": 9}
     assert fmt.marker_ids(vocab) == {"<|message|>": 7, "<|end|>": 8}
@@ -121,7 +120,7 @@ def test_channels_go_to_reasoning_content_and_tool_calls(text: str, expected: Re
 
 
 def test_a_tool_call_is_announced_at_its_header_and_its_arguments_stream() -> None:
-    parser = get_format("gpt_oss").parser(marker_ids=MARKER_IDS, make_id=Counter())
+    parser = format_named("gpt_oss").parser(marker_ids=MARKER_IDS, make_id=Counter())
     steps = [
         "<|channel|>analysis<|message|>Need weather",
         ".<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather",
@@ -169,7 +168,7 @@ def normalized(events: list[ReasoningEvent]) -> list[tuple[str, object]]:
 
 def stream(text: str, cuts: list[int]) -> tuple[list[ReasoningEvent], int]:
     tokens = tokenize(text)
-    parser = get_format("gpt_oss").parser(marker_ids=MARKER_IDS, make_id=Counter())
+    parser = format_named("gpt_oss").parser(marker_ids=MARKER_IDS, make_id=Counter())
     events: list[ReasoningEvent] = []
     start = 0
     for end in [*sorted(set(cuts)), len(tokens)]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.text.reasoning import gpt_oss, think
+from gateway.text.reasoning import ReasoningFormat, get_format, think
+from gateway.text.reasoning.formats import gpt_oss
 
 MARKERS = (*think.MARKERS, *gpt_oss.FORMAT.markers, gpt_oss.CONSTRAIN)
 MARKER_IDS = {marker: 10 + i for i, marker in enumerate(MARKERS)}
@@ -39,3 +40,9 @@ class Counter:
     def __call__(self) -> str:
         self.n += 1
         return f"call_{self.n}"
+
+
+def format_named(name: str) -> ReasoningFormat:
+    fmt = get_format(name)
+    assert fmt is not None
+    return fmt
