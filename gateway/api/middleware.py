@@ -223,8 +223,11 @@ class ObservabilityMiddleware:
         m.in_flight.inc()
         try:
             if self.tracing:
-                with tracing.server_span(f"{scope['method']} {scope['path']}", scope["headers"]):
-                    await self.app(scope, receive, send_with_id)
+                with tracing.server_span(f"{scope['method']} {scope['path']}", scope["headers"]) as root:
+                    try:
+                        await self.app(scope, receive, send_with_id)
+                    finally:
+                        tracing.set_http_status(root, record.status)
             else:
                 await self.app(scope, receive, send_with_id)
         finally:
