@@ -103,7 +103,12 @@ class CompletionService(GenerationService):
         )
 
     async def stream(self, prepared: PreparedRequest, echoes: list[str]) -> AsyncGenerator[bytes, None]:
-        writer = CompletionChunkWriter(prepared.response_id, prepared.created, prepared.runtime.name)
+        writer = CompletionChunkWriter(
+            prepared.response_id,
+            prepared.created,
+            prepared.runtime.name,
+            include_usage=prepared.include_usage,
+        )
         try:
             n = len(prepared.generations[0].choices)
             blocks = _logprob_blocks(prepared, echoes, n)
