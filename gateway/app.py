@@ -111,6 +111,7 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             max_prompt_tokens=settings.max_prompt_tokens,
             max_tokens=settings.max_tokens_limit,
             request_timeout_s=settings.request_timeout_s,
+            reject_unknown_fields=settings.reject_unknown_fields,
         )
         app.state.registry = registry
         app.state.readiness = Readiness(registry, settings.readiness_cache_s)

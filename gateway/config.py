@@ -105,6 +105,11 @@ class Settings(BaseSettings):
         gt=0,
         description="Deadline per generation request (504 and Triton cancelled); none: no deadline.",
     )
+    reject_unknown_fields: bool = Field(
+        default=False,
+        description="Answer 400 to a request field OpenAI does not define, as OpenAI does "
+        "(off: such fields are ignored and named in the x-gateway-ignored-fields response header).",
+    )
     max_prompt_tokens: int | None = Field(default=None, ge=1, description="Largest prompt, in tokens.")
     max_tokens_limit: int | None = Field(
         default=None, ge=1, description="Largest max_tokens a request may ask."

@@ -22,6 +22,9 @@ from gateway.logs import ACCESS_LOGGER, RequestRecord, current_request
 from gateway.metrics import GatewayMetrics
 
 access_log = logging.getLogger(ACCESS_LOGGER)
+# Names the request body's fields the gateway ignored (unknown to it, or defined by OpenAI but
+# without effect here): clients learn that a setting they sent did nothing.
+IGNORED_FIELDS_HEADER = b"x-gateway-ignored-fields"
 
 
 async def send_error(send: Send, error: GatewayError) -> None:
@@ -217,6 +220,9 @@ class ObservabilityMiddleware:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
                 message["headers"] = [*message.get("headers", []), header]
+                if record.ignored_fields:
+                    ignored = ", ".join(record.ignored_fields).encode("latin-1", "replace")
+                    message["headers"].append((IGNORED_FIELDS_HEADER, ignored))
             await send(message)
 
         m = self.metrics

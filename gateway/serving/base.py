@@ -19,6 +19,7 @@ from gateway.errors import (
     InvalidRequestError,
     to_gateway_error,
 )
+from gateway.logs import current_request
 from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.serving import logprobs as lp
 from gateway.serving import params as p
@@ -150,6 +151,14 @@ def prompt_budget(
                 return None, budget
     ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
     return ids, p.resolve_max_tokens(requested, len(ids), runtime.max_model_len, param=param, limits=limits)
+
+
+def note_ignored_fields(names: tuple[str, ...]) -> None:
+    """Body fields the gateway ignored: the access log and the `x-gateway-ignored-fields`
+    response header name them (the middleware writes both)."""
+    record = current_request.get()
+    if record is not None and names:
+        record.ignored_fields = names
 
 
 def stream_failure(exc: Exception) -> bytes:

@@ -26,6 +26,7 @@ from gateway.serving.base import (
     build_generation,
     events,
     new_id,
+    note_ignored_fields,
     prompt_budget,
     stream_failure,
     token_options,
@@ -45,9 +46,10 @@ class ChatService(GenerationService):
     async def prepare(
         self, body: ChatCompletionRequest, *, timeout_s: float | None = None
     ) -> PreparedRequest:
+        note_ignored_fields(p.ignored_fields(body, strict=self._limits.reject_unknown_fields))
+        p.check_stream_options(body)
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        p.log_unknown_fields(body.model_extra)
         p.reject_unsupported(body)
         n = p.choose_n(body.n, self._limits)
         stops = p.stop_strings(body.stop, self._limits)

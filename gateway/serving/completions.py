@@ -16,6 +16,7 @@ from gateway.serving.base import (
     build_generation,
     events,
     new_id,
+    note_ignored_fields,
     prompt_budget,
     stream_failure,
     token_options,
@@ -29,9 +30,10 @@ class CompletionService(GenerationService):
         self, body: CompletionRequest, *, timeout_s: float | None = None
     ) -> tuple[PreparedRequest, list[str]]:
         """Everything that can fail before generation starts, so it fails with a proper status."""
+        note_ignored_fields(p.ignored_fields(body, strict=self._limits.reject_unknown_fields))
+        p.check_stream_options(body)
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        p.log_unknown_fields(body.model_extra)
         p.reject_unsupported(body)
         n = p.choose_n(body.n, self._limits)
         stops = p.stop_strings(body.stop, self._limits)

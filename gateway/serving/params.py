@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.engine import SamplingParams
 from gateway.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
-from gateway.protocol.openai import ChatCompletionRequest, CompletionRequest
+from gateway.protocol.openai import (
+    KNOWN_EXTENSION_FIELDS,
+    OPENAI_CHAT_FIELDS,
+    OPENAI_COMPLETION_FIELDS,
+    ChatCompletionRequest,
+    CompletionRequest,
+)
 
 logger = logging.getLogger(__name__)
-
-# Unknown body fields are accepted like OpenAI does; each name is logged once per process.
-_logged_unknown_fields: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,13 +29,85 @@ class RequestLimits:
     max_prompt_tokens: int | None = None
     max_tokens: int | None = None
     request_timeout_s: float | None = None
+    # 400 for any body field OpenAI does not define, as OpenAI answers (else: ignored and named).
+    reject_unknown_fields: bool = False
 
 
-def log_unknown_fields(extra: dict[str, Any] | None) -> None:
-    for name in extra or ():
-        if name not in _logged_unknown_fields:
-            _logged_unknown_fields.add(name)
-            logger.info("ignoring unknown request field %r (logged once)", name)
+def ignored_fields(request: CompletionRequest | ChatCompletionRequest, *, strict: bool) -> tuple[str, ...]:
+    """The body's top-level fields the gateway does not use, told to the client (a response
+    header) rather than silently dropped. A near-miss of a field it knows (`max_token`,
+    `temprature`) is a 400 naming that field, for a typo would otherwise quietly change the
+    result; with `strict`, so is any field OpenAI does not define, with OpenAI's own message."""
+    extra = request.model_extra
+    if not extra:
+        return ()
+    chat = isinstance(request, ChatCompletionRequest)
+    defined = OPENAI_CHAT_FIELDS if chat else OPENAI_COMPLETION_FIELDS
+    known = defined | type(request).model_fields.keys()
+    unrecognized = []
+    for name in extra:
+        if name in defined:
+            continue
+        near = None if name in KNOWN_EXTENSION_FIELDS else resembles(name, known)
+        if near is not None:
+            raise InvalidRequestError(
+                f"Unrecognized request argument supplied: {name} (did you mean `{near}`?)",
+                param=name,
+                code="unknown_parameter",
+            )
+        unrecognized.append(name)
+    if strict and unrecognized:
+        plural = "s" if len(unrecognized) > 1 else ""
+        raise InvalidRequestError(
+            f"Unrecognized request argument{plural} supplied: {', '.join(unrecognized)}",
+            param=unrecognized[0],
+            code="unknown_parameter",
+        )
+    return tuple(extra)
+
+
+def check_stream_options(request: CompletionRequest | ChatCompletionRequest) -> None:
+    """As OpenAI: stream_options only with stream (a client asking for usage chunks of a
+    response that has no chunks has made a mistake worth hearing about)."""
+    if request.stream_options is not None and not request.stream:
+        raise InvalidRequestError(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+        )
+
+
+def resembles(name: str, known: Iterable[str]) -> str | None:
+    """The known field `name` is most likely a misspelling of: the same letters but for case,
+    `-` or `_`, or one edit away (a letter added, dropped, changed or two swapped). Names under
+    four letters are too short to tell."""
+    if len(name) < 4:
+        return None
+    squashed = _squash(name)
+    for field in sorted(known):
+        if _squash(field) == squashed:
+            return field
+    for field in sorted(known):
+        if len(field) >= 4 and _one_edit(name.lower(), field):
+            return field
+    return None
+
+
+def _squash(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def _one_edit(a: str, b: str) -> bool:
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        if len(diff) == 1:
+            return True
+        i, j = diff[0], diff[-1]
+        return len(diff) == 2 and j == i + 1 and a[i] == b[j] and a[j] == b[i]
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    i = next((k for k in range(len(short)) if short[k] != long[k]), len(short))
+    return short[i:] == long[i + 1 :]
 
 
 def reject_unsupported(request: CompletionRequest | ChatCompletionRequest) -> None:

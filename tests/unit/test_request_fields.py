@@ -1,0 +1,37 @@
+"""Which unknown body field is a misspelling of a known one (and which is someone else's field)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.protocol.openai import KNOWN_EXTENSION_FIELDS, OPENAI_CHAT_FIELDS
+from gateway.serving.params import resembles
+
+KNOWN = OPENAI_CHAT_FIELDS | {"top_k", "min_tokens", "repetition_penalty"}
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("max_token", "max_tokens"),  # a letter dropped
+        ("temprature", "temperature"),
+        ("max_tokenss", "max_tokens"),  # one added
+        ("temperatura", "temperature"),  # one changed
+        ("tempreature", "temperature"),  # two swapped
+        ("MaxTokens", "max_tokens"),  # case and separators
+        ("max-completion-tokens", "max_completion_tokens"),
+        ("tool", "tools"),
+        ("logprob", "logprobs"),
+        ("x_trace_label", None),  # nothing like any field
+        ("top", None),  # too short to tell
+        ("max_tkns", None),  # two edits away
+    ],
+)
+def test_a_field_one_edit_from_a_known_one_resembles_it(name: str, meant: str | None) -> None:
+    assert resembles(name, KNOWN) == meant
+
+
+def test_other_servers_fields_are_not_taken_for_misspellings() -> None:
+    # top_a (OpenRouter) is one edit from top_k and top_p; min_p (vLLM) and models (OpenRouter) too.
+    assert {"top_a", "min_p", "models"} <= KNOWN_EXTENSION_FIELDS
+    assert resembles("top_a", KNOWN) is not None  # which is why they are listed
