@@ -100,7 +100,7 @@ async def test_the_openai_sdk_and_langchain_with_their_extra_fields_still_work(
     from langchain_core.messages import HumanMessage
     from langchain_openai import ChatOpenAI
 
-    client, engine = await make_client(settings={"reject_unknown_fields": strict})
+    client, _ = await make_client(settings={"reject_unknown_fields": strict})
     http = httpx.AsyncClient(transport=client._transport)
     sdk = openai.AsyncOpenAI(base_url="http://gateway.test/v1", api_key="unused", http_client=http)
     async with sdk:
