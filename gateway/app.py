@@ -7,7 +7,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -92,8 +92,16 @@ class TritonEngines:
         await self.pool.close()
 
 
-def create_app(settings: Settings, *, engine_factory: EngineFactory | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    engine_factory: EngineFactory | None = None,
+    tokenizers: Mapping[str, Tokenizer] | None = None,
+) -> FastAPI:
+    """`tokenizers`: already loaded (the CLI loads them before it binds the port, to refuse a bad
+    directory with one line); the others are loaded by the lifespan."""
     metrics = GatewayMetrics()
+    loaded = dict(tokenizers or {})
     triton = TritonEngines(settings, metrics) if engine_factory is None else None
     factory: EngineFactory = engine_factory or triton  # type: ignore[assignment]
 
@@ -101,7 +109,9 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtimes = []
         for model in settings.models:
-            tokenizer = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
+            tokenizer = loaded.pop(model.name, None) or Tokenizer(
+                model.tokenizer, chat_template_file=model.chat_template
+            )
             runtimes.append(ModelRuntime(model, tokenizer, factory(model), int(time.time())))
         registry = ModelRegistry(runtimes)
         limits = RequestLimits(

@@ -1,53 +1,107 @@
-"""`gateway serve | dev`: parses flags into Settings and starts uvicorn; nothing else.
+"""`gateway serve | dev | check`: parses flags into Settings and starts uvicorn; nothing else.
 
 Flags are generated from the Settings fields, so every option documents its environment variable.
+Everything that can be checked before the port is bound is checked first, and a problem is one
+line on stderr naming the flag, file or value, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import socket
 import sys
 import tempfile
-from collections.abc import Sequence
-from typing import Any, get_args, get_origin
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args, get_origin
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from gateway import tracing
-from gateway.config import ServedModel, Settings
+from gateway.config import ConfigFileError, ServedModel, Settings, describe, env_name, flag_name
 from gateway.logs import configure_logging
 from gateway.metrics import multiprocess_dir
 
+if TYPE_CHECKING:
+    from gateway.text.tokenizer import Tokenizer
+
 SETTINGS_ENV = "GATEWAY_SETTINGS_JSON"
-# Settings whose flag name differs from the field name (repeatable, singular).
-_FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model"}
+# What each repeatable flag takes.
+_METAVARS = {
+    "triton_url": "HOST:PORT",
+    "api_keys": "KEY",
+    "cors_origins": "ORIGIN",
+    "config_file": "FILE",
+    "api_key_file": "FILE",
+    "host": "ADDRESS",
+}
+# `gateway check` reads only these; the serving flags would be ignored there.
+CHECK_SETTINGS = ("triton_url", "models", "config_file", "triton_connect_timeout_s")
+# What `gateway dev` sets itself.
+DEV_SKIPS = ("models", "triton_url")
 
 
-def _add_settings_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = ()) -> None:
+class StartupError(Exception):
+    """A problem found before serving: reported as one line, the process exits with `code`."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not the whole usage block above it.
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _add_settings_flags(
+    parser: argparse.ArgumentParser, skip: Sequence[str] = (), only: Sequence[str] | None = None
+) -> None:
     for name, field in Settings.model_fields.items():
-        if name in skip:
+        if name in skip or (only is not None and name not in only):
             continue
-        flag = _FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
-        env = f"GATEWAY_{name.upper()}"
-        help_text = f"{field.description} [env: {env}]"
+        flag = flag_name(name)
+        help_text = f"{field.description} [env: {env_name(name)}]"
+        default = field.get_default(call_default_factory=True)
         if name == "models":
             parser.add_argument(
                 flag,
                 dest=name,
                 action="append",
                 type=_model_spec,
-                metavar="name=N,tokenizer=DIR[,triton_model=M][,route=ensemble|engine]",
+                metavar=ServedModel.spec_syntax(),
                 help=f"{help_text}; repeatable",
             )
         elif get_origin(field.annotation) is list:
+            shown = f" (default: {','.join(default)})" if default else ""
             parser.add_argument(
-                flag, dest=name, action="append", metavar="HOST:PORT", help=f"{help_text}; repeatable"
+                flag,
+                dest=name,
+                action="append",
+                metavar=_METAVARS.get(name, "VALUE"),
+                help=f"{help_text}; repeatable{shown}",
             )
         elif field.annotation is bool:
             parser.add_argument(
-                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{help_text} (default: {default})",
+            )
+        elif get_origin(field.annotation) is Literal:
+            parser.add_argument(
+                flag,
+                dest=name,
+                choices=get_args(field.annotation),
+                type=str.lower,
+                default=None,
+                help=f"{help_text} (default: {default})",
             )
         else:
             kind = next((a for a in get_args(field.annotation) if a is not type(None)), field.annotation)
@@ -56,34 +110,48 @@ def _add_settings_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = (
                 dest=name,
                 type=kind if kind in (int, float) else str,  # type: ignore[arg-type]
                 default=None,
-                help=f"{help_text} (default: {field.default})",
+                metavar=_METAVARS.get(name),
+                help=f"{help_text} (default: {default})",
             )
 
 
 def _model_spec(value: str) -> ServedModel:
     try:
         return ServedModel.parse_spec(value)
-    except (ValueError, ValidationError) as exc:
+    except ValidationError as exc:
+        keys = ", ".join(ServedModel.model_fields)
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'spec'}: "
+            f"{f'unknown key (keys: {keys})' if e['type'] == 'extra_forbidden' else e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        raise argparse.ArgumentTypeError(f"{value!r}: {problems}") from None
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gateway", description="OpenAI-compatible gateway for Triton + TensorRT-LLM"
-    )
+    parser = _Parser(prog="gateway", description="OpenAI-compatible gateway for Triton + TensorRT-LLM")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve models from a running Triton")
     _add_settings_flags(serve)
     check = sub.add_parser("check", help="report what each served model supports, as read from Triton")
-    _add_settings_flags(check)
+    _add_settings_flags(check, only=CHECK_SETTINGS)
     dev = sub.add_parser(
         "dev", help="start the embedded CPU stack (tritonserver + tiny model) and the gateway"
     )
-    _add_settings_flags(dev, skip=("models", "triton_url"))
+    _add_settings_flags(dev, skip=DEV_SKIPS)
     dev.add_argument(
         "--model-dir", default=None, help="local Hugging Face model dir (default: build a tiny model)"
     )
     dev.add_argument("--served-name", default="tiny", help="model name clients use (default: tiny)")
+    tool_parsers = get_args(ServedModel.model_fields["tool_parser"].annotation)
+    dev.add_argument(
+        "--tool-parser",
+        choices=tool_parsers,
+        default="none",
+        help="how the model writes tool calls, as the `tool_parser` of a --model (default: none)",
+    )
     dev.add_argument("--variant", choices=("current", "legacy"), default="current", help="contract variant")
     dev.add_argument(
         "--engine-mode",
@@ -99,16 +167,87 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings.load(**overrides)
 
 
-def run_server(settings: Settings) -> None:
+def load_settings(args: argparse.Namespace) -> Settings:
+    """Settings from flags, environment and file, or a StartupError naming what is wrong."""
+    try:
+        return settings_from_args(args)
+    except ConfigFileError as exc:
+        raise StartupError(describe(exc.error, path=exc.path, file_keys=exc.keys)) from None
+    except ValidationError as exc:
+        raise StartupError(describe(exc)) from None
+    except (SettingsError, ValueError) as exc:
+        raise StartupError(str(exc).strip().splitlines()[0]) from None
+
+
+def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
+    """Every model's tokenizer (and chat template), before the port is bound."""
+    from gateway.errors import ServerConfigError
+    from gateway.text.tokenizer import Tokenizer
+
+    if not settings.models:
+        raise StartupError("no model configured (use --model name=NAME,tokenizer=DIR)")
+    loaded = {}
+    for model in settings.models:
+        try:
+            loaded[model.name] = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
+        except ServerConfigError as exc:
+            raise StartupError(f"model {model.name!r}: {exc.message}") from None
+    return loaded
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Bind and release the address uvicorn will listen on (as uvicorn does, with SO_REUSEADDR),
+    so a taken port is one line before anything starts rather than an error after start-up."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise StartupError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {host}:{port}: {exc.strerror} (--port, --host)", 1
+            ) from None
+
+
+def _when_listening(host: str, port: int, callback: Callable[[], None]) -> threading.Event:
+    """Call `callback` once the server accepts connections (uvicorn binds after its start-up);
+    set the returned event to give up."""
+    stop = threading.Event()
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+    def wait() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError), socket.create_connection((target, port), timeout=1.0):
+                callback()
+                return
+            stop.wait(0.1)
+
+    threading.Thread(target=wait, name="gateway-listening", daemon=True).start()
+    return stop
+
+
+def run_server(
+    settings: Settings,
+    *,
+    tokenizers: dict[str, Tokenizer] | None = None,
+    on_listening: Callable[[], None] | None = None,
+) -> None:
     import uvicorn
 
     from gateway.app import create_app
 
+    if tokenizers is None:
+        tokenizers = load_tokenizers(settings)
+    check_port_free(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     if settings.tracing:
         tracing.configure("trtllm-openai-gateway")
-    if not settings.models:
-        raise SystemExit("gateway: no model configured (use --model name=...,tokenizer=DIR)")
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -120,15 +259,20 @@ def run_server(settings: Settings) -> None:
         # uvicorn's 5 s default races clients that reuse a pooled connection just as it closes.
         "timeout_keep_alive": settings.keep_alive_s,
     }
-    if settings.workers > 1:
-        # Worker processes each build the app from the same settings, sharing the port; their
-        # metrics meet in a shared directory that /metrics aggregates.
-        os.environ[SETTINGS_ENV] = settings.model_dump_json()
-        if not multiprocess_dir():
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gateway-metrics-")
-        uvicorn.run("gateway.cli:app_from_env", factory=True, workers=settings.workers, **common)
-    else:
-        uvicorn.run(create_app(settings), **common)
+    stop = _when_listening(settings.host, settings.port, on_listening) if on_listening else None
+    try:
+        if settings.workers > 1:
+            # Worker processes each build the app from the same settings, sharing the port; their
+            # metrics meet in a shared directory that /metrics aggregates.
+            os.environ[SETTINGS_ENV] = settings.model_dump_json()
+            if not multiprocess_dir():
+                os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gateway-metrics-")
+            uvicorn.run("gateway.cli:app_from_env", factory=True, workers=settings.workers, **common)
+        else:
+            uvicorn.run(create_app(settings, tokenizers=tokenizers), **common)
+    finally:
+        if stop is not None:
+            stop.set()
 
 
 def app_from_env() -> Any:
@@ -143,21 +287,22 @@ def app_from_env() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    prog = f"gateway {args.command}"
     try:
-        settings = settings_from_args(args)
-    except (ValidationError, ValueError) as exc:
-        print(f"gateway: invalid settings: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if args.command == "serve":
-        run_server(settings)
-    elif args.command == "check":
-        from gateway.check import run_check
+        settings = load_settings(args)
+        if args.command == "serve":
+            run_server(settings)
+        elif args.command == "check":
+            from gateway.check import run_check
 
-        raise SystemExit(run_check(settings))
-    elif args.command == "dev":
-        from gateway.devserver import run_dev
+            raise SystemExit(run_check(settings))
+        elif args.command == "dev":
+            from gateway.devserver import run_dev
 
-        run_dev(settings, args)
+            run_dev(settings, args)
+    except StartupError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        raise SystemExit(exc.code) from None
 
 
 if __name__ == "__main__":
