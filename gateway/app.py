@@ -25,6 +25,7 @@ from gateway.api.routing import DirectRoutes
 from gateway.config import ServedModel, Settings
 from gateway.engine import Engine
 from gateway.errors import GatewayError
+from gateway.logs import Repeating
 from gateway.metrics import GatewayMetrics
 from gateway.readiness import Readiness
 from gateway.serving.chat import ChatService
@@ -43,13 +44,22 @@ async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
     log what each model supports, the same table `gateway check` prints."""
     delay = 0.5
     pending = list(runtimes)
+    repeats = {r.name: Repeating() for r in runtimes}
     while pending:
         still = []
         for runtime in pending:
             try:
                 await runtime.engine.ensure_ready()
             except GatewayError as exc:
-                logger.warning("waiting for Triton: %s", exc.message)
+                repeat = repeats[runtime.name]
+                if repeat.should_log(exc.message):
+                    again = repeat.take_suppressed()
+                    logger.warning(
+                        "model %s: waiting for Triton: %s%s",
+                        runtime.name,
+                        exc.message,
+                        f" (again {again} times since the last report)" if again else "",
+                    )
                 still.append(runtime)
         pending = still
         if pending:

@@ -46,6 +46,37 @@ class RequestRecord:
         }
 
 
+class Repeating:
+    """When to log a condition that repeats (a Triton that cannot be reached): the first time,
+    whenever its message changes, and otherwise at a falling rate, after 1, 2, 4, ... seconds
+    up to `max_interval_s`, with how often it happened meanwhile."""
+
+    def __init__(self, *, first_interval_s: float = 1.0, max_interval_s: float = 300.0) -> None:
+        self._first = first_interval_s
+        self._max = max_interval_s
+        self._message: str | None = None
+        self._next_at = 0.0
+        self._interval = first_interval_s
+        self.suppressed = 0
+
+    def should_log(self, message: str, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        if message != self._message:
+            self._message = message
+            self._interval = self._first
+        elif now < self._next_at:
+            self.suppressed += 1
+            return False
+        else:
+            self._interval = min(self._interval * 2, self._max)
+        self._next_at = now + self._interval
+        return True
+
+    def take_suppressed(self) -> int:
+        count, self.suppressed = self.suppressed, 0
+        return count
+
+
 current_request: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
     "current_request", default=None
 )

@@ -86,7 +86,7 @@ class TritonEngine:
                 try:
                     contract = await self._read_contract(endpoint)
                 except grpc.aio.AioRpcError as exc:
-                    last = rpc_error(exc, self._model)
+                    last = rpc_error(exc, self._model, url=endpoint.url)
                     continue
                 self._contract = contract
                 logger.info(
