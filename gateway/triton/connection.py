@@ -173,6 +173,6 @@ def unavailable_reason(exc: grpc.aio.AioRpcError) -> str:
     for the mistake behind the last: Triton's HTTP port given for its gRPC port."""
     details = (exc.details() or exc.code().name.lower()).strip()
     lowered = details.lower()
-    if "http" in lowered and ("1.x" in lowered or "protocol" in lowered or "frame" in lowered):
+    if "parsing http/2" in lowered or "http/1" in lowered:
         details += " (is this Triton's HTTP port? The gateway speaks gRPC: 8001 by default)"
     return details
