@@ -7,12 +7,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 router = APIRouter()
 
 
-@router.get("/health", include_in_schema=False)
+# HEAD too: probes and uptime checkers often send it.
+@router.api_route("/health", methods=["GET", "HEAD"], include_in_schema=False)
 async def health() -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-@router.get("/health/ready", include_in_schema=False)
+@router.api_route("/health/ready", methods=["GET", "HEAD"], include_in_schema=False)
 async def ready(request: Request) -> JSONResponse:
     models = await request.app.state.readiness.check()
     ok = bool(models) and all(models.values())
@@ -21,6 +22,6 @@ async def ready(request: Request) -> JSONResponse:
     )
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.api_route("/metrics", methods=["GET", "HEAD"], include_in_schema=False)
 async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
