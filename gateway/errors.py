@@ -113,6 +113,10 @@ class DeadlineExceededError(GatewayError):
     default_code = "timeout"
 
 
+class ClientDeadlineExceededError(DeadlineExceededError):
+    """The deadline the client chose (X-Request-Timeout) passed: its choice, not a server fault."""
+
+
 class ServerConfigError(GatewayError):
     """The gateway's own configuration is wrong; raised at start-up, not per request."""
 

@@ -13,6 +13,7 @@ from gateway import tracing
 from gateway.asyncutil import until_deadline
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.errors import (
+    ClientDeadlineExceededError,
     DeadlineExceededError,
     EngineError,
     EngineUnavailableError,
@@ -66,8 +67,9 @@ class PreparedRequest:
     response_id: str
     created: int = field(default_factory=lambda: int(time.time()))
     include_usage: bool = False
-    # Seconds the generation may take (None: no deadline).
+    # Seconds the generation may take (None: no deadline), and whether the client chose it.
     timeout_s: float | None = None
+    client_deadline: bool = False
     # Chat only: how to find tool calls in the reply ("none": plain content).
     tool_format: str = "none"
     tool_names: frozenset[str] = frozenset()
@@ -164,7 +166,9 @@ def note_ignored_fields(names: tuple[str, ...]) -> None:
 def stream_failure(exc: Exception) -> bytes:
     """The one error event a failed stream ends with (before [DONE]), logged by severity."""
     error = to_gateway_error(exc)
-    logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
+    # A deadline the client chose is its own choice: no server error.
+    serious = error.status_code >= 500 and not isinstance(error, ClientDeadlineExceededError)
+    logger.log(logging.ERROR if serious else logging.INFO, "stream failed: %s", exc)
     return error_event(error)
 
 
@@ -235,6 +239,11 @@ async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> A
             yield event
     except TimeoutError:
         _count(metrics, cancelled="deadline", error="timeout")
+        if prepared.client_deadline:
+            raise ClientDeadlineExceededError(
+                f"The request did not finish within the deadline of {prepared.timeout_s:g} s "
+                "it asked for (X-Request-Timeout)."
+            ) from None
         raise DeadlineExceededError(
             f"The request did not finish within its deadline of {prepared.timeout_s:g} s."
         ) from None

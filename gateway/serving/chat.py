@@ -97,6 +97,7 @@ class ChatService(GenerationService):
             response_id,
             include_usage=include_usage,
             timeout_s=p.request_deadline(self._limits, timeout_s),
+            client_deadline=p.client_chose_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
             logprobs=logprobs,

@@ -72,6 +72,7 @@ class CompletionService(GenerationService):
             response_id,
             include_usage=include_usage,
             timeout_s=p.request_deadline(self._limits, timeout_s),
+            client_deadline=p.client_chose_deadline(self._limits, timeout_s),
             logprobs=logprobs,
         ), echoes
 

@@ -247,3 +247,9 @@ def request_deadline(limits: RequestLimits, header_s: float | None) -> float | N
     """Seconds this request may run: the tighter of the server's and the client's deadline."""
     options = [t for t in (limits.request_timeout_s, header_s) if t is not None and t > 0]
     return min(options) if options else None
+
+
+def client_chose_deadline(limits: RequestLimits, header_s: float | None) -> bool:
+    """Whether the client's own deadline (X-Request-Timeout) is the one that applies."""
+    server = limits.request_timeout_s
+    return header_s is not None and header_s > 0 and (server is None or header_s <= server)
