@@ -15,11 +15,13 @@ async def health() -> JSONResponse:
 
 @router.api_route("/health/ready", methods=["GET", "HEAD"], include_in_schema=False)
 async def ready(request: Request) -> JSONResponse:
-    models = await request.app.state.readiness.check()
+    readiness = request.app.state.readiness
+    models = await readiness.check()
     ok = bool(models) and all(models.values())
-    return JSONResponse(
-        {"status": "ready" if ok else "unavailable", "models": models}, status_code=200 if ok else 503
-    )
+    body: dict[str, object] = {"status": "ready" if ok else "unavailable", "models": models}
+    if readiness.reasons:
+        body["reasons"] = readiness.reasons
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 @router.api_route("/metrics", methods=["GET", "HEAD"], include_in_schema=False)

@@ -72,3 +72,20 @@ async def test_the_gateway_logs_which_triton_it_waits_for_and_why(
         "model tiny: waiting for Triton: Triton at 127.0.0.1:1 is unavailable"
     )
     assert "Connection refused" in record.getMessage()
+
+
+async def test_health_ready_says_why_a_model_is_not_ready(tiny_bpe_dir: Path) -> None:
+    import httpx
+
+    settings = Settings(models=[ServedModel(name="tiny", tokenizer=tiny_bpe_dir)], triton_url=["127.0.0.1:1"])
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client,
+    ):
+        r = await client.get("/health/ready")
+    assert r.status_code == 503
+    body = r.json()
+    assert body["models"] == {"tiny": False}
+    assert body["reasons"]["tiny"].startswith("Triton at 127.0.0.1:1 is unavailable: ")
+    assert "Connection refused" in body["reasons"]["tiny"]
