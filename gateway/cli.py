@@ -1,4 +1,4 @@
-"""`gateway serve | dev | check`: parses flags into Settings and starts uvicorn; nothing else.
+"""`gateway serve | dev | check`: parses flags into Settings and hands them on; nothing else.
 
 Flags are generated from the Settings fields, so every option documents its environment variable.
 Everything that can be checked before the port is bound is checked first, and a problem is one
@@ -8,28 +8,17 @@ line on stderr naming the flag, file or value, never a traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import os
-import socket
 import sys
-import tempfile
-import threading
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args, get_origin
+from collections.abc import Sequence
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from gateway import tracing
 from gateway.config import ConfigFileError, ServedModel, Settings, describe, env_name, flag_name
-from gateway.logs import configure_logging
-from gateway.metrics import multiprocess_dir
+from gateway.server import StartupError, run_server
+from gateway.text.tool_calls.registry import MODEL_FORMATS
 
-if TYPE_CHECKING:
-    from gateway.text.tokenizer import Tokenizer
-
-SETTINGS_ENV = "GATEWAY_SETTINGS_JSON"
 # What each repeatable flag takes.
 _METAVARS = {
     "triton_url": "HOST:PORT",
@@ -43,14 +32,6 @@ _METAVARS = {
 CHECK_SETTINGS = ("triton_url", "models", "config_file", "triton_connect_timeout_s")
 # What `gateway dev` sets itself.
 DEV_SKIPS = ("models", "triton_url")
-
-
-class StartupError(Exception):
-    """A problem found before serving: reported as one line, the process exits with `code`."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -145,10 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-dir", default=None, help="local Hugging Face model dir (default: build a tiny model)"
     )
     dev.add_argument("--served-name", default="tiny", help="model name clients use (default: tiny)")
-    tool_parsers = get_args(ServedModel.model_fields["tool_parser"].annotation)
     dev.add_argument(
         "--tool-parser",
-        choices=tool_parsers,
+        choices=MODEL_FORMATS,
         default="none",
         help="how the model writes tool calls, as the `tool_parser` of a --model (default: none)",
     )
@@ -177,112 +157,6 @@ def load_settings(args: argparse.Namespace) -> Settings:
         raise StartupError(describe(exc)) from None
     except (SettingsError, ValueError) as exc:
         raise StartupError(str(exc).strip().splitlines()[0]) from None
-
-
-def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
-    """Every model's tokenizer (and chat template), before the port is bound."""
-    from gateway.errors import ServerConfigError
-    from gateway.text.tokenizer import Tokenizer
-
-    if not settings.models:
-        raise StartupError("no model configured (use --model name=NAME,tokenizer=DIR)")
-    loaded = {}
-    for model in settings.models:
-        try:
-            loaded[model.name] = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
-        except ServerConfigError as exc:
-            raise StartupError(f"model {model.name!r}: {exc.message}") from None
-    return loaded
-
-
-def check_port_free(host: str, port: int) -> None:
-    """Bind and release the address uvicorn will listen on (as uvicorn does, with SO_REUSEADDR),
-    so a taken port is one line before anything starts rather than an error after start-up."""
-    if port == 0:
-        return
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise StartupError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            raise StartupError(
-                f"cannot listen on {host}:{port}: {exc.strerror} (--port, --host)", 1
-            ) from None
-
-
-def _when_listening(host: str, port: int, callback: Callable[[], None]) -> threading.Event:
-    """Call `callback` once the server accepts connections (uvicorn binds after its start-up);
-    set the returned event to give up."""
-    stop = threading.Event()
-    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
-
-    def wait() -> None:
-        while not stop.is_set():
-            with contextlib.suppress(OSError), socket.create_connection((target, port), timeout=1.0):
-                callback()
-                return
-            stop.wait(0.1)
-
-    threading.Thread(target=wait, name="gateway-listening", daemon=True).start()
-    return stop
-
-
-def run_server(
-    settings: Settings,
-    *,
-    tokenizers: dict[str, Tokenizer] | None = None,
-    on_listening: Callable[[], None] | None = None,
-) -> None:
-    import uvicorn
-
-    from gateway.app import create_app
-
-    if tokenizers is None:
-        tokenizers = load_tokenizers(settings)
-    check_port_free(settings.host, settings.port)
-    configure_logging(settings.log_level, settings.log_format)
-    if settings.tracing:
-        tracing.configure("trtllm-openai-gateway")
-    common: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        "log_level": settings.log_level.lower(),
-        # Our own access line carries the request id, tokens and TTFT; uvicorn's would repeat it.
-        "access_log": False,
-        "log_config": None,
-        "timeout_graceful_shutdown": settings.shutdown_grace_s + 5,
-        # uvicorn's 5 s default races clients that reuse a pooled connection just as it closes.
-        "timeout_keep_alive": settings.keep_alive_s,
-    }
-    stop = _when_listening(settings.host, settings.port, on_listening) if on_listening else None
-    try:
-        if settings.workers > 1:
-            # Worker processes each build the app from the same settings, sharing the port; their
-            # metrics meet in a shared directory that /metrics aggregates.
-            os.environ[SETTINGS_ENV] = settings.model_dump_json()
-            if not multiprocess_dir():
-                os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gateway-metrics-")
-            uvicorn.run("gateway.cli:app_from_env", factory=True, workers=settings.workers, **common)
-        else:
-            uvicorn.run(create_app(settings, tokenizers=tokenizers), **common)
-    finally:
-        if stop is not None:
-            stop.set()
-
-
-def app_from_env() -> Any:
-    from gateway.app import create_app
-
-    settings = Settings.model_validate(json.loads(os.environ[SETTINGS_ENV]))
-    configure_logging(settings.log_level, settings.log_format)
-    if settings.tracing:
-        tracing.configure("trtllm-openai-gateway")
-    return create_app(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

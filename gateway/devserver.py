@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from gateway.config import ServedModel, Settings
+from gateway.server import check_port_free, load_tokenizers, run_server
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +97,6 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def run_dev(settings: Settings, args: argparse.Namespace) -> None:
-    from gateway.cli import check_port_free, load_tokenizers, run_server
-
     # Before Triton's start-up (many seconds): a taken port is one line at once.
     check_port_free(settings.host, settings.port)
     model_dir = Path(args.model_dir) if args.model_dir else _tiny_model_dir()

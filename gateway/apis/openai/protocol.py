@@ -1,0 +1,137 @@
+"""Wire models every OpenAI API here shares: the sampling fields of a generation request, usage,
+the error body. Each API's own models live in its folder."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# ---------------------------------------------------------------- requests
+
+# Fields other OpenAI-compatible servers and routers define (vLLM, SGLang, OpenRouter, LiteLLM)
+# that agent frameworks pass through: ignored like OpenAI's, and never taken for a misspelling
+# of a field they happen to resemble (`min_p` and `top_p`, `top_a` and `top_k`).
+KNOWN_EXTENSION_FIELDS = frozenset(
+    [
+        "top_k",
+        "min_p",
+        "top_a",
+        "repetition_penalty",
+        "length_penalty",
+        "stop_token_ids",
+        "include_stop_str_in_output",
+        "ignore_eos",
+        "min_tokens",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "truncate_prompt_tokens",
+        "prompt_logprobs",
+        "allowed_token_ids",
+        "bad_words",
+        "echo",
+        "add_generation_prompt",
+        "continue_final_message",
+        "add_special_tokens",
+        "documents",
+        "chat_template",
+        "chat_template_kwargs",
+        "mm_processor_kwargs",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "guided_decoding_backend",
+        "guided_whitespace_pattern",
+        "structured_outputs",
+        "structural_tag",
+        "priority",
+        "request_id",
+        "return_tokens_as_token_ids",
+        "return_token_ids",
+        "cache_salt",
+        "kv_transfer_params",
+        "vllm_xargs",
+        "use_beam_search",
+        "logits_processors",
+        "regex",
+        "json_schema",
+        "ebnf",
+        "lora_path",
+        "no_stop_trim",
+        "separate_reasoning",
+        "stream_reasoning",
+        "transforms",
+        "models",
+        "route",
+        "provider",
+        "reasoning",
+        "usage",
+        "include_reasoning",
+        "plugins",
+        "mock_response",
+        "caching",
+        "tags",
+        "thinking",
+        "extra_headers",
+        "extra_body",
+        "timeout",
+        "num_retries",
+    ]
+)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool | None = None
+
+
+class GenerationFields(BaseModel):
+    """Fields shared by completions and chat completions, plus the engine's own knobs."""
+
+    # Unknown fields are accepted (clients send many) and named back (apis.openai.fields).
+    # Python's JSON parser reads NaN and Infinity: no sampling knob may be either.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
+
+    model: str
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    n: Annotated[int, Field(ge=1)] | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # Fields OpenAI defines that change the result; rejected by name until supported.
+    logprobs: Any = None
+    logit_bias: dict[str, float] | None = None
+    # TensorRT-LLM knobs, as vLLM accepts them in the body ("extra_body" in the SDK).
+    # Sent as an INT32 tensor.
+    top_k: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
+    min_tokens: Annotated[int, Field(ge=0)] | None = None
+    length_penalty: float | None = None
+    ignore_eos: bool | None = None
+
+
+# ---------------------------------------------------------------- responses
+
+
+class CompletionUsage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
