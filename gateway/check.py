@@ -50,14 +50,16 @@ def report(
         context = model.max_model_len or tokenizer.info.max_model_len
     except GatewayError as exc:
         vocab, context = f"error: {exc.message}", None
-    if info is None or error is not None:
+        # `gateway serve` refuses to start with this model: so does check's verdict.
+        error = error or "tokenizer error; serve refuses this model"
+    if info is None:
         return ModelReport(model.name, triton_model, model.route, f"unavailable: {error}", tokenizer=vocab)
     k = info
     return ModelReport(
         name=model.name,
         triton_model=triton_model,
         route=model.route,
-        status="ready",
+        status="ready" if error is None else f"not servable: {error}",
         variant=k.variant,
         decoupled=_yes(k.decoupled),
         token_ids=_yes(k.exposes_token_ids),
@@ -127,6 +129,9 @@ async def check(settings: Settings) -> list[ModelReport]:
 def run_check(settings: Settings) -> int:
     if not settings.models:
         raise SystemExit("gateway check: no model configured (use --model name=...,tokenizer=DIR)")
+    urls = ", ".join(settings.triton_url)
+    default = "" if "triton_url" in settings.model_fields_set else " (the default; set --triton-url)"
+    print(f"Triton: {urls}{default}")  # the command's output
     reports = asyncio.run(check(settings))
-    print(table(reports), end="")  # the command's output
+    print(table(reports), end="")
     return 0 if all(r.status == "ready" for r in reports) else 1

@@ -51,6 +51,8 @@ class TritonAdapter:
         self._info: tuple[c.Contract, EngineInfo] | None = None
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        # Why the last readiness check found the model unavailable (None: it was ready).
+        self.unready_reason: str | None = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -86,7 +88,7 @@ class TritonAdapter:
                 try:
                     contract = await self._read_contract(endpoint)
                 except grpc.aio.AioRpcError as exc:
-                    last = rpc_error(exc, self._model)
+                    last = rpc_error(exc, self._model, url=endpoint.url)
                     continue
                 self._contract = contract
                 logger.info(
@@ -124,20 +126,27 @@ class TritonAdapter:
             await self.introspect()
 
     async def is_ready(self) -> bool:
-        """Ready when any endpoint serves the model."""
+        """Ready when any endpoint serves the model; if none does, `unready_reason` says why."""
+        reasons = []
         for endpoint in self._pool.endpoints:
             conn = endpoint.connection
             try:
                 ready = await conn.model_ready(self._model)
-            except grpc.aio.AioRpcError:
-                ready = False
-            if ready:
-                if self._contract is None:
-                    try:
-                        await self.introspect()
-                    except GatewayError:
-                        return False
-                return True
+            except grpc.aio.AioRpcError as exc:
+                reasons.append(rpc_error(exc, self._model, url=endpoint.url).message)
+                continue
+            if not ready:
+                reasons.append(f"Triton at {endpoint.url} has no model {self._model!r} ready")
+                continue
+            if self._contract is None:
+                try:
+                    await self.introspect()
+                except GatewayError as exc:
+                    self.unready_reason = exc.message
+                    return False
+            self.unready_reason = None
+            return True
+        self.unready_reason = "; ".join(reasons) or None
         return False
 
     async def close(self) -> None:
