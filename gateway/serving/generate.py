@@ -130,7 +130,7 @@ def make_choices(
     if token_ids:
 
         def factory() -> TextDecoder:
-            return ids_decoder(tokenizer, request.prompt_ids)
+            return ids_decoder(tokenizer)
     else:
         factory = Utf8TextAssembler
     return [

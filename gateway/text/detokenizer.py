@@ -14,9 +14,6 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from gateway.text.tokenizer import Tokenizer
 
-# How many prompt tokens seed the decoding window. SentencePiece-style tokenizers only know
-# that a token starts a word (and so needs its leading space) when something precedes it.
-PROMPT_CONTEXT_TOKENS = 5
 REPLACEMENT_CHAR = "\ufffd"
 
 
@@ -35,23 +32,35 @@ class TextDecoder(Protocol):
 
 
 class IncrementalDetokenizer:
-    """The prefix/read-offset scheme (TGI, vLLM).
+    """The prefix/read-offset scheme (TGI, vLLM), exact to the tokenizer's decoding of the
+    generated ids: the joined deltas equal `decode(all generated ids)`, however they are split.
 
     Each step decodes a short window twice, with and without the new tokens, and emits the
     difference. A window ending in U+FFFD is an incomplete multi-byte character: it is held
-    back until the next token completes it, or released by `flush` at the end.
+    back until the next token completes it, or released by `flush` at the end. A window ending in
+    a byte-fallback token (SentencePiece `<0xNN>`) is held back too, until a token of another kind
+    ends the run: the tokenizer decodes a run of byte tokens as one UTF-8 string, and one invalid
+    byte anywhere in it turns every byte of the run into U+FFFD, even bytes already seen.
+
+    No prompt tokens seed the window: the tokenizer's own decoding of the generated ids drops a
+    SentencePiece text's leading space, and so does this.
     """
 
-    __slots__ = ("_ids", "_prefix_offset", "_read_offset", "_skip_special", "_tokenizer")
+    __slots__ = ("_byte_ids", "_ids", "_prefix_offset", "_read_offset", "_skip_special", "_tokenizer")
 
     def __init__(
-        self, tokenizer: Decoder, prompt_ids: Sequence[int] = (), *, skip_special_tokens: bool = True
+        self,
+        tokenizer: Decoder,
+        *,
+        byte_ids: frozenset[int] = frozenset(),
+        skip_special_tokens: bool = True,
     ) -> None:
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
-        self._ids: list[int] = list(prompt_ids[-PROMPT_CONTEXT_TOKENS:])
+        self._byte_ids = byte_ids
+        self._ids: list[int] = []
         self._prefix_offset = 0
-        self._read_offset = len(self._ids)
+        self._read_offset = 0
 
     def push_ids(self, ids: Sequence[int]) -> str:
         if not ids:
@@ -66,6 +75,8 @@ class IncrementalDetokenizer:
         return self._emit(final=True)
 
     def _emit(self, *, final: bool) -> str:
+        if not final and self._ids and self._ids[-1] in self._byte_ids:
+            return ""
         decode = self._tokenizer.decode
         window = self._ids[self._prefix_offset :]
         prefix_text = decode(window[: self._read_offset - self._prefix_offset], self._skip_special)
@@ -113,11 +124,12 @@ class ByteTableDecoder:
         return self._decoder.decode(b"", True)
 
 
-def ids_decoder(tokenizer: Tokenizer, prompt_ids: Sequence[int] = ()) -> TextDecoder:
-    """The decoder for a stream of token ids: by byte table where the tokenizer has one, else by window."""
+def ids_decoder(tokenizer: Tokenizer) -> TextDecoder:
+    """The decoder for a stream of generated ids: by byte table where the tokenizer has one, else
+    by window. Either way the text is the tokenizer's decoding of the ids (special tokens skipped)."""
     if tokenizer.token_bytes is not None:
         return ByteTableDecoder(tokenizer.token_bytes)
-    return IncrementalDetokenizer(tokenizer, prompt_ids)
+    return IncrementalDetokenizer(tokenizer, byte_ids=tokenizer.byte_fallback_ids)
 
 
 class Utf8TextAssembler:
