@@ -191,6 +191,14 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         default=True,
     ),
     Variable(
+        "stock_postprocessing",
+        "bool",
+        "Postprocessing as upstream's: each response's tokens decoded alone with tokenizer.decode "
+        "(skip_special_tokens), so a streamed text loses SentencePiece spaces and splits characters "
+        "into U+FFFD; false (ours): text_output holds each token's exact bytes.",
+        default=False,
+    ),
+    Variable(
         "exclude_input_in_output",
         "bool",
         "Engine parameter: leave the prompt out of non-streaming output_ids (the stock default false "
