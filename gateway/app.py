@@ -81,9 +81,7 @@ class TritonEngines:
     def __call__(self, model: ServedModel) -> Engine:
         from gateway.triton.engine import TritonEngine
 
-        if model.route == "engine":
-            return TritonEngine(self.pool, model.engine_model, route="engine")
-        return TritonEngine(self.pool, model.triton_model, route="ensemble", engine_model=model.engine_model)
+        return TritonEngine(self.pool, model.triton_model, model.route, engine_model=model.engine_model)
 
     def start(self) -> None:
         self.pool.start()

@@ -13,6 +13,7 @@ from rich.table import Table
 from gateway.config import ServedModel, Settings
 from gateway.errors import GatewayError
 from gateway.text.tokenizer import Tokenizer
+from gateway.triton.contract import GUIDE_TYPE, Contract
 from gateway.triton.engine import TritonEngine
 from gateway.triton.pool import TritonPool
 
@@ -31,16 +32,28 @@ class ModelReport:
     logprobs: str = "-"
     tokenizer: str = "-"
     context: str = "-"
+    # Why this route (auto: found from the ensemble's steps, or configured).
+    reason: str = "-"
+    # Whether a streamed request's text is the exact text (non-streamed text always is).
+    streamed_text: str = "-"
+    usage: str = "-"
 
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _guided(k: Contract) -> str:
+    if k.guided_decoding:
+        return f"yes ({k.settings.guided_backend})"
+    if GUIDE_TYPE in k.inputs:
+        return "no (guided_decoding_backend not set up)"
+    return "no"
+
+
 def report(
     model: ServedModel, engine: TritonEngine | None, error: str | None, tokenizer: Tokenizer | None = None
 ) -> ModelReport:
-    triton_model = model.engine_model if model.route == "engine" else model.triton_model
     try:
         if tokenizer is None:
             tokenizer = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
@@ -49,59 +62,62 @@ def report(
     except GatewayError as exc:
         vocab, context = f"error: {exc.message}", None
     if engine is None or error is not None:
-        return ModelReport(model.name, triton_model, model.route, f"unavailable: {error}", tokenizer=vocab)
+        status = f"unavailable: {error}"
+        return ModelReport(model.name, model.triton_model, model.route, status, tokenizer=vocab)
     k = engine.contract
+    choice = engine.route_choice
     return ModelReport(
         name=model.name,
-        triton_model=triton_model,
-        route=model.route,
+        triton_model=choice.model,
+        route=choice.route,
         status="ready",
         variant=k.variant,
         decoupled=_yes(k.decoupled),
         token_ids=_yes(k.exposes_token_ids),
         n="num_return_sequences" if k.native_num_sequences else "fan-out",
-        guided=_yes(k.guided_decoding),
+        guided=_guided(k),
         logprobs="top-k" if k.top_logprobs else _yes(k.logprobs),
         tokenizer=vocab,
         context=str(context) if context else "unknown",
+        reason=choice.reason,
+        streamed_text="exact"
+        if k.exact_stream()
+        else "LOSSY (postprocessing decodes each response alone; use the engine route)",
+        usage=k.usage_source,
     )
+
+
+_COLUMNS = (
+    ("model", "name"),
+    ("triton model", "triton_model"),
+    ("route", "route"),
+    ("status", "status"),
+    ("contract", "variant"),
+    ("decoupled", "decoupled"),
+    ("token ids", "token_ids"),
+    ("n", "n"),
+    ("guided", "guided"),
+    ("logprobs", "logprobs"),
+    ("tokenizer", "tokenizer"),
+    ("context", "context"),
+    ("streamed text", "streamed_text"),
+    ("usage from", "usage"),
+)
 
 
 def table(reports: list[ModelReport]) -> str:
     t = Table(title="served models")
-    columns = (
-        "model",
-        "triton model",
-        "route",
-        "status",
-        "contract",
-        "decoupled",
-        "token ids",
-        "n",
-        "guided",
-        "logprobs",
-        "tokenizer",
-        "context",
-    )
-    for column in columns:
+    for column, _ in _COLUMNS:
         t.add_column(column)
     for r in reports:
-        t.add_row(
-            r.name,
-            r.triton_model,
-            r.route,
-            r.status,
-            r.variant,
-            r.decoupled,
-            r.token_ids,
-            r.n,
-            r.guided,
-            r.logprobs,
-            r.tokenizer,
-            r.context,
-        )
+        t.add_row(*(getattr(r, attr) for _, attr in _COLUMNS))
     out = io.StringIO()
-    Console(file=out, width=200, force_terminal=False).print(t)
+    console = Console(file=out, width=400, force_terminal=False)
+    console.print(t)
+    # The route's reason is a sentence: one line per model under the table reads better than a column.
+    for r in reports:
+        if r.status == "ready":
+            console.print(f"{r.name}: {r.route} route: {r.reason}", soft_wrap=True)
     return out.getvalue()
 
 
@@ -110,12 +126,7 @@ async def check(settings: Settings) -> list[ModelReport]:
     reports = []
     try:
         for model in settings.models:
-            if model.route == "engine":
-                engine = TritonEngine(pool, model.engine_model, route="engine")
-            else:
-                engine = TritonEngine(
-                    pool, model.triton_model, route="ensemble", engine_model=model.engine_model
-                )
+            engine = TritonEngine(pool, model.triton_model, model.route, engine_model=model.engine_model)
             try:
                 await engine.introspect()
             except (GatewayError, ValueError) as exc:

@@ -38,7 +38,7 @@ def _add_settings_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = (
                 dest=name,
                 action="append",
                 type=_model_spec,
-                metavar="name=N,tokenizer=DIR[,triton_model=M][,route=ensemble|engine]",
+                metavar="name=N,tokenizer=DIR[,triton_model=M][,route=auto|ensemble|engine]",
                 help=f"{help_text}; repeatable",
             )
         elif get_origin(field.annotation) is list:

@@ -60,6 +60,7 @@ class CompletionService(GenerationService):
                     first_index=i * n,
                     logprobs=logprobs,
                     logit_bias=bias,
+                    stream=bool(body.stream),
                 )
             )
             echoes.append(text if body.echo else "")

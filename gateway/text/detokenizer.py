@@ -46,18 +46,28 @@ class IncrementalDetokenizer:
     SentencePiece text's leading space, and so does this.
     """
 
-    __slots__ = ("_byte_ids", "_ids", "_prefix_offset", "_read_offset", "_skip_special", "_tokenizer")
+    __slots__ = (
+        "_byte_ids",
+        "_ids",
+        "_prefix_offset",
+        "_read_offset",
+        "_skip_special",
+        "_special_ids",
+        "_tokenizer",
+    )
 
     def __init__(
         self,
         tokenizer: Decoder,
         *,
         byte_ids: frozenset[int] = frozenset(),
+        special_ids: frozenset[int] = frozenset(),
         skip_special_tokens: bool = True,
     ) -> None:
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
         self._byte_ids = byte_ids
+        self._special_ids = special_ids
         self._ids: list[int] = []
         self._prefix_offset = 0
         self._read_offset = 0
@@ -74,8 +84,17 @@ class IncrementalDetokenizer:
     def flush(self) -> str:
         return self._emit(final=True)
 
+    def _in_byte_run(self) -> bool:
+        # Skipped special tokens vanish before decoding: the bytes on either side join one run.
+        for token in reversed(self._ids):
+            if token in self._byte_ids:
+                return True
+            if not (self._skip_special and token in self._special_ids):
+                return False
+        return False
+
     def _emit(self, *, final: bool) -> str:
-        if not final and self._ids and self._ids[-1] in self._byte_ids:
+        if not final and self._byte_ids and self._in_byte_run():
             return ""
         decode = self._tokenizer.decode
         window = self._ids[self._prefix_offset :]
@@ -129,7 +148,9 @@ def ids_decoder(tokenizer: Tokenizer) -> TextDecoder:
     by window. Either way the text is the tokenizer's decoding of the ids (special tokens skipped)."""
     if tokenizer.token_bytes is not None:
         return ByteTableDecoder(tokenizer.token_bytes)
-    return IncrementalDetokenizer(tokenizer, byte_ids=tokenizer.byte_fallback_ids)
+    return IncrementalDetokenizer(
+        tokenizer, byte_ids=tokenizer.byte_fallback_ids, special_ids=tokenizer.special_ids
+    )
 
 
 class Utf8TextAssembler:
@@ -138,17 +159,26 @@ class Utf8TextAssembler:
     Our postprocessing sends each token's exact bytes (possibly half a character); the stock one
     sends text it decoded alone. An incremental decoder is exact for the first and harmless for
     the second; an incomplete trailing character is held until completed or flushed.
+
+    `strip_prefix`: a whole result that repeats the prompt (a model set to echo it) starts with
+    the prompt's decoding; those bytes are cut where they are found at the start.
     """
 
-    __slots__ = ("_decoder",)
+    __slots__ = ("_decoder", "_prefix")
 
-    def __init__(self) -> None:
+    def __init__(self, strip_prefix: bytes = b"") -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._prefix = strip_prefix
 
     def push_ids(self, ids: Sequence[int]) -> str:
         raise TypeError("Utf8TextAssembler decodes text bytes, not token ids")
 
     def push_bytes(self, data: bytes) -> str:
+        if self._prefix:
+            # A prompt-echoing result arrives whole, in one response.
+            if data.startswith(self._prefix):
+                data = data[len(self._prefix) :]
+            self._prefix = b""
         return self._decoder.decode(data, final=False)
 
     def flush(self) -> str:

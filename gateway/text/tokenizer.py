@@ -68,6 +68,7 @@ class Tokenizer:
         self.byte_fallback_ids: frozenset[int] = frozenset(
             i for token, i in self._tok.get_vocab().items() if _BYTE_TOKEN.fullmatch(token)
         )
+        self.special_ids: frozenset[int] = frozenset(int(i) for i in self._tok.all_special_ids)
         # See token_bound: the special tokens the template adds to any text, if the bound holds.
         self._specials_added: int | None = None
         if self._backend is not None and self.token_bytes is not None and _one_symbol_per_byte(self._backend):

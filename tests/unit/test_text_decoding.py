@@ -129,7 +129,7 @@ def test_byte_fallback_runs_decode_as_the_tokenizer_does_even_when_not_utf8(
     assert out == tok.decode(ids)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_ids_with_byte_fallback_tokens_stream_to_the_tokenizers_decoding(
     tiny_metaspace_dir: Path, data: st.DataObject
