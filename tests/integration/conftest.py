@@ -42,6 +42,9 @@ class StackModel:
     variant: str
     engine_mode: str
     output_ids: bool
+    # Rendered like upstream's repository (see STOCK below).
+    stock: bool = False
+    decoupled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,22 +90,49 @@ STACK_LAYOUT: dict[str, tuple[str, str, str, bool]] = {
     "bpe_stock": ("bpe", "current", "model", False),
     "bpe_synthetic": ("bpe", "current", "synthetic", True),
 }
+# Stock-faithful repositories, as users run upstream's: postprocessing decoding each response
+# alone, ensembles with text only, guided decoding not set up (the quick start leaves
+# guided_decoding_backend unset) and the prompt excluded by the engine parameter (as upstream's
+# guides set it). key: (tokenizer kind, variant, decoupled).
+STOCK_LAYOUT: dict[str, tuple[str, str, bool]] = {
+    f"stock_{kind}_{variant}_{'decoupled' if decoupled else 'whole'}": (kind, variant, decoupled)
+    for kind in ("bpe", "metaspace")
+    for variant in ("current", "legacy")
+    for decoupled in (True, False)
+}
+STOCK_VARIABLES: dict[str, object] = {
+    "ensemble_output_ids": False,
+    "stock_postprocessing": True,
+    "guided_decoding_backend": "",
+    "exclude_input_in_output": True,
+}
 
 
 @pytest.fixture(scope="session")
 def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonStack]:
     root = tmp_path_factory.mktemp("triton_stack")
-    model_dirs = {kind: build_tiny_model(kind) for kind in {layout[0] for layout in STACK_LAYOUT.values()}}
+    model_dirs = {kind: build_tiny_model(kind) for kind in ("bpe", "metaspace")}
     models: dict[str, StackModel] = {}
     repositories = []
-    for key, (kind, variant, mode, output_ids) in STACK_LAYOUT.items():
+    layouts = [
+        (key, kind, variant, mode, output_ids, False, True)
+        for key, (kind, variant, mode, output_ids) in STACK_LAYOUT.items()
+    ]
+    layouts += [
+        (key, kind, variant, "model", False, True, decoupled)
+        for key, (kind, variant, decoupled) in STOCK_LAYOUT.items()
+    ]
+    for key, kind, variant, mode, output_ids, stock, decoupled in layouts:
         prefix = f"{key}_"
         variables: dict[str, object] = {
             "tokenizer_dir": model_dirs[kind],
             "engine_mode": mode,
             "name_prefix": prefix,
             "ensemble_output_ids": output_ids,
+            "decoupled": decoupled,
         }
+        if stock:
+            variables.update(STOCK_VARIABLES)
         if mode == "synthetic":
             variables["synthetic_step_ms"] = SYNTHETIC_STEP_MS
         repositories.append(
@@ -119,6 +149,8 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
             variant=variant,
             engine_mode=mode,
             output_ids=output_ids,
+            stock=stock,
+            decoupled=decoupled,
         )
     server = TritonServer(repositories, work_dir=root / "server")
     server.start()
