@@ -197,7 +197,8 @@ def test_a_stop_string_cuts_the_text_there(
 def test_guided_decoding_not_set_up_is_a_400_naming_the_parameter(
     gateway: GatewayProcess, variant: str, route: str
 ) -> None:
-    name = served_name(f"stock_bpe_{variant}_decoupled", route)
+    # Engines rendered as upstream's quick start leaves them: guided_decoding_backend unset.
+    name = served_name(f"stock_bpe_{variant}_whole", route)
     messages = [{"role": "user", "content": "Hi"}]
     r = httpx.post(
         gateway.base_url + "/v1/chat/completions",
@@ -214,7 +215,7 @@ def test_guided_decoding_not_set_up_is_a_400_naming_the_parameter(
 
 def test_a_lossy_streamed_ensemble_is_reported_at_start_up_with_the_fix(gateway: GatewayProcess) -> None:
     log = gateway.log_text()
-    for key, (_, _, decoupled) in STOCK_LAYOUT.items():
+    for key, (_, _, decoupled, _) in STOCK_LAYOUT.items():
         warned = f"model {key}-ensemble: streamed text through ensemble" in log
         assert warned == decoupled, key
         assert f"model {key}: streamed text" not in log
@@ -223,7 +224,7 @@ def test_a_lossy_streamed_ensemble_is_reported_at_start_up_with_the_fix(gateway:
 
 def test_gateway_check_reports_route_streamed_text_and_guided_decoding(triton_stack: TritonStack) -> None:
     args = [sys.executable, "-m", "gateway.cli", "check", "--triton-url", triton_stack.grpc_url]
-    keys = ["stock_metaspace_current_decoupled", "stock_bpe_legacy_whole"]
+    keys = ["stock_metaspace_current_whole", "stock_metaspace_legacy_decoupled", "stock_bpe_legacy_whole"]
     for key in keys:
         m = triton_stack.models[key]
         for route in ROUTES:
@@ -252,8 +253,8 @@ def test_gateway_check_reports_route_streamed_text_and_guided_decoding(triton_st
         expected_guided = "no (guided_decoding_backend not set up)" if m.variant == "current" else "no"
         assert default["guided"] == ensemble["guided"] == expected_guided
     assert rows["stock_bpe_legacy_whole-ensemble"]["usage from"] == "output_log_probs"
-    assert rows["stock_metaspace_current_decoupled-ensemble"]["usage from"] == "num_output_tokens"
-    key = "stock_metaspace_current_decoupled"
+    assert rows["stock_metaspace_current_whole-ensemble"]["usage from"] == "num_output_tokens"
+    key = "stock_metaspace_legacy_decoupled"
     reason = f"{key}: engine route: Triton serves {key}_ensemble's tensorrt_llm step {key}_tensorrt_llm"
     assert reason in out.stdout
     assert "stock_bpe_legacy_whole-ensemble: ensemble route: route=ensemble configured" in out.stdout

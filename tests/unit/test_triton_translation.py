@@ -170,7 +170,8 @@ def test_guided_decoding_counts_only_when_the_engine_config_sets_it_up(
 
 
 @pytest.mark.parametrize(
-    ("value", "echoes"), [(None, True), ("false", True), ("${exclude_input_in_output}", True), ("True", False)]
+    ("value", "echoes"),
+    [(None, True), ("false", True), ("${exclude_input_in_output}", True), ("True", False)],
 )
 def test_a_whole_result_repeats_the_prompt_unless_the_engine_is_set_to_exclude_it(
     value: str | None, echoes: bool
