@@ -307,7 +307,15 @@ def test_gateway_check_reports_what_each_model_supports(triton_stack: TritonStac
         for line in out.stdout.splitlines()
         if line.count("│") > 5
     }
-    assert rows["tiny"][3:10] == ["ready", "current", "yes", "yes", "num_return_sequences", "yes", "top-k"]
+    assert rows["tiny"][3:10] == [
+        "ready",
+        "current",
+        "yes",
+        "yes",
+        "num_return_sequences",
+        "yes (xgrammar)",
+        "top-k",
+    ]
     assert rows["tiny-legacy"][3:7] == ["ready", "legacy", "yes", "yes"]
     assert rows["tiny-stock"][6] == "no"  # no output_ids: text is reassembled from bytes
     assert rows["tiny-engine"][2] == "engine"
