@@ -24,7 +24,7 @@ from deploy.devstack import TritonServer
 from deploy.model_repo import render_repository
 from deploy.tiny_model import build_tiny_model
 
-STARTUP_TIMEOUT_S = 300.0
+STARTUP_TIMEOUT_S = 600.0
 SYNTHETIC_STEP_MS = 20.0
 
 

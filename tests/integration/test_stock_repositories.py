@@ -232,12 +232,13 @@ def test_gateway_check_reports_route_streamed_text_and_guided_decoding(triton_st
             args += ["--model", spec + (",route=ensemble" if route == "ensemble" else "")]
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    header, *lines = [line for line in out.stdout.splitlines() if line.count("│") > 5]
-    names = [c.strip() for c in header.split("│")[1:-1]]
-    rows = {
-        r["model"]: r
-        for r in ({n: c.strip() for n, c in zip(names, line.split("│")[1:-1], strict=True)} for line in lines)
-    }
+    (header,) = [line for line in out.stdout.splitlines() if line.count("┃") > 5]
+    names = [c.strip() for c in header.split("┃")[1:-1]]
+    lines = [line for line in out.stdout.splitlines() if line.count("│") > 5]
+    rows = {}
+    for line in lines:
+        row = dict(zip(names, (c.strip() for c in line.split("│")[1:-1]), strict=True))
+        rows[row["model"]] = row
     for key in keys:
         m = triton_stack.models[key]
         default, ensemble = rows[key], rows[f"{key}-ensemble"]
