@@ -138,12 +138,12 @@ class TritonEngine:
                 )
                 if not contract.exact_stream():
                     logger.warning(
-                        "model %s: streamed text through ensemble %s is lossy: its postprocessing "
-                        "decodes each response's tokens alone (lost SentencePiece spaces, U+FFFD for "
-                        "split characters). Non-streamed requests are exact. Fix: use the engine "
-                        "route (the default when Triton serves the ensemble's tensorrt_llm model).",
-                        self._entry_model,
+                        "streamed text through ensemble %s is lossy (%s): its postprocessing decodes "
+                        "each response's tokens alone (lost SentencePiece spaces, U+FFFD for split "
+                        "characters). Non-streamed requests are exact. Fix: use the engine route "
+                        "(the default when Triton serves the ensemble's tensorrt_llm model).",
                         choice.model,
+                        choice.reason,
                     )
                 return contract
             raise last
