@@ -11,10 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.config import ServedModel, Settings
+from gateway.engine import EngineInfo
 from gateway.errors import GatewayError
 from gateway.text.tokenizer import Tokenizer
-from gateway.triton.contract import GUIDE_TYPE, Contract
-from gateway.triton.engine import TritonEngine
+from gateway.triton.contract import GUIDE_TYPE
+from gateway.triton.engine import adapter_for
 from gateway.triton.pool import TritonPool
 
 
@@ -43,17 +44,18 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _guided(k: Contract) -> str:
+def _guided(k: EngineInfo) -> str:
     if k.guided_decoding:
-        return f"yes ({k.settings.guided_backend})"
+        return f"yes ({k.guided_backend})"
     if GUIDE_TYPE in k.inputs:
         return "no (guided_decoding_backend not set up)"
     return "no"
 
 
 def report(
-    model: ServedModel, engine: TritonEngine | None, error: str | None, tokenizer: Tokenizer | None = None
+    model: ServedModel, info: EngineInfo | None, error: str | None, tokenizer: Tokenizer | None = None
 ) -> ModelReport:
+    """One model's row, from its capabilities (`Contract.capabilities`) and its tokenizer."""
     try:
         if tokenizer is None:
             tokenizer = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
@@ -61,15 +63,14 @@ def report(
         context = model.max_model_len or tokenizer.info.max_model_len
     except GatewayError as exc:
         vocab, context = f"error: {exc.message}", None
-    if engine is None or error is not None:
+    if info is None or error is not None:
         status = f"unavailable: {error}"
         return ModelReport(model.name, model.triton_model, model.route, status, tokenizer=vocab)
-    k = engine.contract
-    choice = engine.route_choice
+    k = info
     return ModelReport(
         name=model.name,
-        triton_model=choice.model,
-        route=choice.route,
+        triton_model=k.model,
+        route=k.route,
         status="ready",
         variant=k.variant,
         decoupled=_yes(k.decoupled),
@@ -79,9 +80,9 @@ def report(
         logprobs="top-k" if k.top_logprobs else _yes(k.logprobs),
         tokenizer=vocab,
         context=str(context) if context else "unknown",
-        reason=choice.reason,
+        reason=k.route_reason,
         streamed_text="exact"
-        if k.exact_stream()
+        if k.exact_stream
         else "LOSSY (postprocessing decodes each response alone; use the engine route)",
         usage=k.usage_source,
     )
@@ -126,13 +127,13 @@ async def check(settings: Settings) -> list[ModelReport]:
     reports = []
     try:
         for model in settings.models:
-            engine = TritonEngine(pool, model.triton_model, model.route, engine_model=model.engine_model)
+            engine = adapter_for(pool, model)
             try:
                 await engine.introspect()
             except (GatewayError, ValueError) as exc:
                 reports.append(report(model, None, getattr(exc, "message", str(exc))))
                 continue
-            reports.append(report(model, engine, None))
+            reports.append(report(model, engine.info, None))
     finally:
         await pool.close()
     return reports

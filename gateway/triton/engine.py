@@ -1,4 +1,5 @@
-"""`TritonEngine`: the Engine protocol over a TensorRT-LLM ensemble, one gRPC stream per request.
+"""`TritonAdapter`: the Engine protocol over a TensorRT-LLM model in Triton (its ensemble, or the
+engine model itself on the `engine` route), one gRPC stream per request.
 
 One stream per request keeps cancellation precise: cancelling the call cancels exactly that
 request inside Triton, which the TensorRT-LLM backend notices within cancellation_check_period_ms.
@@ -11,7 +12,7 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 from tritonclient.grpc import model_config_pb2 as mc
@@ -19,12 +20,19 @@ from tritonclient.grpc import service_pb2
 
 from gateway import tracing
 from gateway.asyncutil import merge
+from gateway.config import ServedModel
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
 from gateway.triton.connection import TritonConnection, is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
-from gateway.triton.tensors import ParsedResponse, build_request, parse_response, stop_request, token_logprobs
+from gateway.triton.tensors import (
+    ParsedResponse,
+    build_request,
+    cancel_request,
+    parse_response,
+    token_logprobs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +48,7 @@ class RouteChoice:
     engine: str | None = None
 
 
-class TritonEngine:
+class TritonAdapter:
     """The Engine protocol over one served model.
 
     `route` "auto" (the default) looks into the ensemble's `ensemble_scheduling`: when one of its
@@ -63,7 +71,7 @@ class TritonEngine:
         self._model = engine_model if route == "engine" and engine_model else model
         self._requested_route = route
         self._engine_model = engine_model
-        self._stop_model: str | None = None
+        self._cancel_model: str | None = None
         self._contract: c.Contract | None = None
         self._choice: RouteChoice | None = None
         self._info: tuple[c.Contract, EngineInfo] | None = None
@@ -90,21 +98,9 @@ class TritonEngine:
         # Asked for several times per request: made once per contract learned.
         if self._info is not None and self._info[0] is k:
             return self._info[1]
-        info = EngineInfo(
-            model=self._model,
-            exposes_token_ids=k.exposes_token_ids,
-            native_num_sequences=k.native_num_sequences,
-            reports_token_counts=k.reports_token_counts,
-            variant=k.variant,
-            guided_decoding=k.guided_decoding,
-            logprobs=k.logprobs,
-            top_logprobs=k.top_logprobs,
-            logit_bias=k.logit_bias,
-            needs_prompt_ids=k.route == "engine" or k.may_repeat_prompt,
-            repeats_prompt=(k.repeats_prompt(stream=True), k.repeats_prompt(stream=False)),
-            inputs=k.declared_inputs,
-            outputs=k.outputs,
-        )
+        info = k.capabilities()
+        if self._choice is not None:
+            info = replace(info, route_reason=self._choice.reason)
         self._info = (k, info)
         return info
 
@@ -204,7 +200,7 @@ class TritonEngine:
             if step.model_name == choice.engine:
                 engine_params = c.parameters(sub)
                 if any(i.name == "stop" for i in sub.input):
-                    self._stop_model = step.model_name
+                    self._cancel_model = step.model_name
             if c.TEXT_OUTPUT in step.output_map.values():
                 text_params = c.parameters(sub)
         contract = c.read_contract(config, "ensemble").with_decoupled(decoupled)
@@ -378,13 +374,13 @@ class TritonEngine:
                 connection.end_stream(call)
             else:
                 call.cancel()
-                if self._stop_model is not None and started:
-                    self._send_stop(endpoint, request_id)
+                if self._cancel_model is not None and started:
+                    self._send_cancel(endpoint, request_id)
 
-    def _send_stop(self, endpoint: Endpoint, request_id: str) -> None:
+    def _send_cancel(self, endpoint: Endpoint, request_id: str) -> None:
         """Fire-and-forget: tell the engine to stop the request the ensemble no longer waits for."""
-        assert self._stop_model is not None
-        stop = stop_request(self._stop_model, request_id)
+        assert self._cancel_model is not None
+        stop = cancel_request(self._cancel_model, request_id)
 
         async def send() -> None:
             async def one() -> AsyncIterator[service_pb2.ModelInferRequest]:
@@ -408,3 +404,9 @@ class _Failover(Exception):
         super().__init__(reason)
         self.reason = reason
         self.error = error
+
+
+def adapter_for(pool: TritonPool, model: ServedModel) -> TritonAdapter:
+    """The Triton adapter for one served model (its route chosen at introspection unless forced):
+    the one place the app and `gateway check` build it."""
+    return TritonAdapter(pool, model.triton_model, model.route, engine_model=model.engine_model)
