@@ -97,6 +97,7 @@ class ChatCompletionsService(GenerationService):
             guide=plan.guide,
             logprobs=logprobs,
             logit_bias=bias,
+            stream=bool(body.stream),
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return PreparedRequest(

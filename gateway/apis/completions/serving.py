@@ -63,6 +63,7 @@ class CompletionsService(GenerationService):
                     first_index=i * n,
                     logprobs=logprobs,
                     logit_bias=bias,
+                    stream=bool(body.stream),
                 )
             )
             echoes.append(text if body.echo else "")
