@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from gateway.routing.registry import DEFAULT_POLICY, POLICY_NAMES
 from gateway.text.tool_calls.registry import MODEL_FORMATS
 
-Route = Literal["ensemble", "engine"]
+Route = Literal["auto", "ensemble", "engine"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 # Settings whose flag differs from `--field-name` (repeatable, singular).
 FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model"}
@@ -57,12 +57,18 @@ class ServedModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="Model name clients send in `model`.")
-    triton_model: str = Field(default="ensemble", description="Triton model the `ensemble` route calls.")
-    engine_model: str = Field(
-        default="tensorrt_llm", description="Triton model the `engine` route calls (token ids in and out)."
+    triton_model: str = Field(default="ensemble", description="The model's ensemble in Triton.")
+    engine_model: str | None = Field(
+        default=None,
+        description="The `tensorrt_llm` model the engine route calls (token ids in and out); "
+        "default: the ensemble's step that is one.",
     )
     tokenizer: Path = Field(description="Local Hugging Face directory with the tokenizer (and its configs).")
-    route: Route = Field(default="ensemble", description="`ensemble` (text in Triton) or `engine` (ids).")
+    route: Route = Field(
+        default="auto",
+        description="`auto`: the engine route when Triton serves the ensemble's tensorrt_llm model, else "
+        "the ensemble; `ensemble` (text in Triton) or `engine` (token ids) to force one.",
+    )
     chat_template: Path | None = Field(
         default=None, description="Jinja chat template file overriding the tokenizer's."
     )

@@ -155,6 +155,7 @@ def build_generation(
     logprobs: int | None = None,
     logit_bias: tuple[tuple[int, float], ...] = (),
     affinity: str | None = None,
+    stream: bool = True,
 ) -> Generation:
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
@@ -175,13 +176,18 @@ def build_generation(
         logit_bias=logit_bias,
         vocab_size=runtime.vocab_size,
         affinity=affinity,
+        stream=stream,
     )
+    engine = runtime.engine.info
+    # A text result that repeats the prompt starts with the prompt's decoding: cut it there.
+    repeated = not engine.exposes_token_ids and engine.repeats_prompt[0 if stream else 1]
     choices = make_choices(
         runtime.tokenizer,
         request,
-        token_ids=runtime.engine.info.exposes_token_ids,
+        token_ids=engine.exposes_token_ids,
         first_index=first_index,
         stops=stops,
+        text_prefix=runtime.tokenizer.decode(prompt_ids) if repeated and prompt_ids else "",
     )
     if prompt_ids is None:
         uncounted = (runtime.tokenizer, prompt_text, runtime.config.add_special_tokens)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidRequestError, ServerConfigError
+
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +93,11 @@ class Tokenizer:
         self.token_bytes: tuple[bytes, ...] | None = (
             byte_level_table(self._backend) if self._backend is not None else None
         )
+        # SentencePiece byte-fallback tokens (`<0xNN>`): their runs decode as one UTF-8 string.
+        self.byte_fallback_ids: frozenset[int] = frozenset(
+            i for token, i in self._tok.get_vocab().items() if _BYTE_TOKEN.fullmatch(token)
+        )
+        self.special_ids: frozenset[int] = frozenset(int(i) for i in self._tok.all_special_ids)
         # See token_bound: the special tokens the template adds to any text, if the bound holds.
         self._specials_added: int | None = None
         if self._backend is not None and self.token_bytes is not None and _one_symbol_per_byte(self._backend):

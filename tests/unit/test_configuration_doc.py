@@ -51,7 +51,7 @@ def test_the_complete_example_sets_every_setting_and_loads(tmp_path: Path) -> No
     assert s.triton_url == ["triton-0.triton:8001", "triton-1.triton:8001"]
     assert [(m.name, m.route, m.tool_parser) for m in s.models] == [
         ("llama-3.1-8b-instruct", "engine", "llama3_json"),
-        ("qwen2.5-7b-instruct", "ensemble", "hermes"),
+        ("qwen2.5-7b-instruct", "auto", "hermes"),
     ]
     assert s.accepted_keys() == ["sk-gateway-first-key", "sk-from-file"]
     for name, value in data.items():

@@ -104,6 +104,7 @@ class ChatCompletionsService(GenerationService):
                 safety_identifier=body.safety_identifier,
                 user=body.user,
             ),
+            stream=bool(body.stream),
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return PreparedRequest(

@@ -71,6 +71,7 @@ class CompletionsService(GenerationService):
                     logprobs=logprobs,
                     logit_bias=bias,
                     affinity=affinity,
+                    stream=bool(body.stream),
                 )
             )
             echoes.append(text if body.echo else "")

@@ -53,7 +53,7 @@ def test_gateway_models_takes_the_flags_own_syntax_json_and_yaml_model_key(
 ) -> None:
     monkeypatch.setenv("GATEWAY_MODELS", "name=a,tokenizer=/a; name=b,tokenizer=/b,route=engine")
     s = Settings()
-    assert [(m.name, m.route) for m in s.models] == [("a", "ensemble"), ("b", "engine")]
+    assert [(m.name, m.route) for m in s.models] == [("a", "auto"), ("b", "engine")]
     monkeypatch.setenv("GATEWAY_MODELS", '[{"name": "c", "tokenizer": "/c"}]')
     assert [m.name for m in Settings().models] == ["c"]
     monkeypatch.delenv("GATEWAY_MODELS")
