@@ -1,0 +1,1 @@
+"""The APIs the gateway speaks, one folder each over the shared core."""
