@@ -22,6 +22,10 @@ from gateway.api.middleware import (
     ObservabilityMiddleware,
 )
 from gateway.api.routing import DirectRoutes
+from gateway.apis.responses import router as responses
+from gateway.apis.responses.sealing import ReasoningSealer, load_or_create_key, parse_key
+from gateway.apis.responses.serving import ResponsesService
+from gateway.apis.responses.store import StoreSettings, open_store
 from gateway.config import ServedModel, Settings
 from gateway.engine import Engine
 from gateway.errors import GatewayError
@@ -116,6 +120,22 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         app.state.readiness = Readiness(registry, settings.readiness_cache_s)
         app.state.completions = CompletionService(registry, limits, metrics)
         app.state.chat = ChatService(registry, limits, metrics)
+        store_settings = StoreSettings(
+            settings.state_dir, settings.response_store_max_age_s, settings.response_store_max_count
+        )
+
+        def sealer() -> ReasoningSealer:
+            key = settings.reasoning_encryption_key
+            return ReasoningSealer(parse_key(key) if key else load_or_create_key(settings.state_dir))
+
+        app.state.responses = ResponsesService(
+            registry,
+            limits,
+            metrics,
+            store=lambda: open_store(settings.response_store, store_settings),
+            sealer=sealer,
+            strict_tools=settings.strict_tools,
+        )
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes))
@@ -128,6 +148,7 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             introspection.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await introspection
+            await app.state.responses.close()
             for runtime in runtimes:
                 await runtime.engine.close()
             if triton is not None:
@@ -147,7 +168,14 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
     app.state.settings = settings
     app.state.metrics = metrics
     install_error_handlers(app)
-    for router in (completions.router, chat.router, models.router, health.router):
+    for router in (
+        completions.router,
+        chat.router,
+        responses.router,
+        responses.stored,
+        models.router,
+        health.router,
+    ):
         app.include_router(router)
     # Starlette wraps in reverse order of adding: observability outermost, the direct generation
     # routes innermost (after admission, so a request holds its slot while it runs).

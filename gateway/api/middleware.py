@@ -125,7 +125,7 @@ class AdmissionMiddleware:
     (the whole stream) is done, so memory stays bounded however fast clients arrive.
     """
 
-    PATHS = ("/v1/completions", "/v1/chat/completions")
+    PATHS = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 
     def __init__(
         self,

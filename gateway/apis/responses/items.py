@@ -68,6 +68,9 @@ _TEXT_PARTS: Final = {"input_text": "text", "output_text": "text", "refusal": "r
 _MEDIA_PARTS: Final = frozenset({"input_image", "input_file", "input_audio"})
 
 
+_TYPE_NAMES: Final = frozenset({"str", "int", "float", "bool", "dict", "list"})
+
+
 def _param(base: str, loc: Sequence[int | str]) -> str:
     out = base
     for part in loc:
@@ -77,7 +80,9 @@ def _param(base: str, loc: Sequence[int | str]) -> str:
 
 def _first_error(exc: ValidationError, base: str) -> InvalidRequestError:
     err = exc.errors(include_url=False)[0]
-    param = _param(base, [p for p in err["loc"] if isinstance(p, (int, str))])
+    # A union's branches appear in the location as type names (`str`, `list[...]`): not fields.
+    loc = [p for p in err["loc"] if isinstance(p, int) or (p not in _TYPE_NAMES and "[" not in p)]
+    param = _param(base, loc)
     if err["type"] == "missing":
         return InvalidRequestError(f"Missing required parameter: '{param}'.", param=param)
     return InvalidRequestError(f"Invalid '{param}': {err['msg']}.", param=param)
