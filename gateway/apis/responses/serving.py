@@ -180,13 +180,20 @@ class ResponsesService:
             if kind not in _logged_skipped:
                 _logged_skipped.add(kind)
                 logger.info("left out tools of type %r: this server does not run them (logged once)", kind)
+        fmt = response_format(body.text)
+        if tools.chat_tools and (
+            tools.chat_tool_choice == "required" or isinstance(tools.chat_tool_choice, dict)
+        ):
+            # A forced call is the whole reply, so the text format has nothing to shape this turn
+            # (OpenAI takes both together; agents send their output type with every turn).
+            fmt = None
         try:
             plan = plan_output(
                 ChatCompletionRequest.model_construct(
                     tools=tools.chat_tools,
                     tool_choice=tools.chat_tool_choice,
                     parallel_tool_calls=body.parallel_tool_calls,
-                    response_format=response_format(body.text),
+                    response_format=fmt,
                 ),
                 model_tool_format=runtime.config.tool_parser,
                 guided_decoding=runtime.engine.info.guided_decoding,
