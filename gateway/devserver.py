@@ -22,6 +22,7 @@ from gateway.config import ServedModel, Settings
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 600
+DEV_DEFAULT_MAX_TOKENS = 64
 
 
 def _tiny_model_dir() -> Path:
@@ -104,7 +105,13 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     child, ready = _start_triton(model_dir, args)
     try:
-        served = ServedModel(name=args.served_name, tokenizer=model_dir, triton_model=ready["ensemble"])
+        served = ServedModel(
+            name=args.served_name,
+            tokenizer=model_dir,
+            triton_model=ready["ensemble"],
+            # The random tiny model rarely ends by itself, and agents set no output limit.
+            default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
+        )
         settings = settings.model_copy(update={"models": [served], "triton_url": [ready["grpc"]]})
         base = f"http://{settings.host}:{settings.port}"
         print(
