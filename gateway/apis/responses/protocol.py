@@ -86,6 +86,7 @@ class CreateResponseRequest(_Open):
     # Not in OpenAI's API; what vLLM and SGLang accept beside it, and what chat completions takes.
     seed: int | None = None
     stop: str | list[str] | None = None
+    ignore_eos: bool | None = None
 
 
 class InputTokensRequest(_Open):

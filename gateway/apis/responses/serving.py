@@ -262,7 +262,11 @@ class ResponsesService:
         if seed is not None and not 0 <= seed < 2**64:
             raise InvalidRequestError("seed must be between 0 and 2**64 - 1", param="seed")
         params = SamplingParams(
-            max_tokens=prompt.max_tokens, temperature=body.temperature, top_p=body.top_p, seed=seed
+            max_tokens=prompt.max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=seed,
+            ignore_eos=bool(body.ignore_eos),
         )
         response_id = new_item_id("resp")
         generation = build_generation(
