@@ -369,6 +369,8 @@ async def test_an_engine_failure_mid_stream_is_a_failed_response(
         ({"input": "x", "include": ["bogus"]}, 400, "include[0]"),
         ({"input": "x", "text": {"format": {"type": "json_schema", "name": "x"}}}, 400, "text.format.schema"),
         ({"input": "x", "conversation": "conv_1"}, 400, "conversation"),
+        ({"input": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, 400, "metadata"),
+        ({"input": "x", "metadata": {"k": "v" * 513}}, 400, "metadata"),
         ({"input": "x " * 5000}, 400, "input"),
         ({"input": []}, 400, "input"),
         ({"input": "x", "model": "nope"}, 404, "model"),

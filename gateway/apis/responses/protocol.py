@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # ---------------------------------------------------------------- request
 
@@ -87,6 +87,18 @@ class CreateResponseRequest(_Open):
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool | None = None
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_bounds(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        # OpenAI's documented bounds: 16 pairs, keys up to 64 characters, values up to 512.
+        if value is not None:
+            if len(value) > 16:
+                raise ValueError("metadata takes at most 16 key-value pairs")
+            for key, item in value.items():
+                if len(key) > 64 or len(item) > 512:
+                    raise ValueError("metadata keys are at most 64 characters and values at most 512")
+        return value
 
 
 class InputTokensRequest(_Open):

@@ -172,7 +172,8 @@ class ResponsesService:
         conversation = [*earlier, *(resource(i) for i in new_items)]
         if not conversation:
             raise InvalidRequestError("Missing required parameter: 'input'.", param="input")
-        items = it.parse_input(conversation)
+        # Earlier turns were checked when they were stored; they are parsed, not re-validated twice.
+        items = [*it.parse_input(earlier), *new_items]
         tools = plan_tools(body.tools, body.tool_choice, strict=self._strict_tools)
         for kind in tools.skipped:
             if self._metrics is not None:
