@@ -109,6 +109,8 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             name=args.served_name,
             tokenizer=model_dir,
             triton_model=ready["ensemble"],
+            # Its chat template renders tools the Hermes way (agents send tools with every turn).
+            tool_parser="hermes",
             # The random tiny model rarely ends by itself, and agents set no output limit.
             default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
         )

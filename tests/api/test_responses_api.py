@@ -398,3 +398,27 @@ async def test_truncation_auto_drops_the_oldest_items(make_client: MakeClient, s
     assert r.json()["truncation"] == "auto"
     r = await create(client, input=items, max_output_tokens=16)
     assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+
+
+CODEX_REQUEST = Path(__file__).resolve().parents[1] / "data" / "codex_exec_request.json"
+
+
+async def test_the_first_request_of_codex_exec_streams_a_valid_response(
+    make_client: MakeClient, state: dict[str, Any]
+) -> None:
+    # Recorded from the Codex CLI 0.169 (`codex exec "say hi"`, paths and ids scrubbed): two developer
+    # and two user messages (~20 KB), function tools, a namespace of functions, web_search,
+    # store false, encrypted reasoning asked for, prompt_cache_key, client_metadata.
+    body = json.loads(CODEX_REQUEST.read_text(encoding="utf-8"))
+    assert {t["type"] for t in body["tools"]} == {"function", "namespace", "web_search"}
+    client, engine = await make_client(
+        settings=state, model={"tool_parser": "hermes", "max_model_len": 65536}
+    )
+    r = await client.post("/v1/responses", json={**body, "model": "tiny"})
+    assert r.status_code == 200, r.text
+    events = sse_events(r.text)
+    assert events[-1]["type"] == "response.completed"
+    assert output_text(events[-1]["response"]) == REPLY
+    prompt = engine.requests[-1].prompt_text
+    assert "You are a coding agent" in prompt and "say hi" in prompt
+    assert "multi_agent_v1__close_agent" in prompt and "web_search" not in prompt
