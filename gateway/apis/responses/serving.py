@@ -313,7 +313,11 @@ class ResponsesService:
 
     # ------------------------------------------------------------ generating
 
-    async def _run(self, prepared: PreparedResponse, builder: ResponseBuilder) -> AsyncGenerator[bytes, None]:
+    async def _generate(
+        self, prepared: PreparedResponse, builder: ResponseBuilder, *, streaming: bool
+    ) -> AsyncGenerator[bytes, None]:
+        """The response's frames (empty when not streaming: the builder keeps the response). One
+        generator, not nested ones: it runs once per token."""
         run = prepared.prepared
         tokenizer = run.runtime.tokenizer
         parser = (
@@ -321,42 +325,56 @@ class ResponsesService:
             if run.tool_format != "none"
             else None
         )
+        names = prepared.tools.names
         reason = "stop"
-        async for event in events(run, self._metrics):
-            if parser is None:
-                if event.text or event.logprobs:
-                    entries = lp.chat_content(tokenizer, event.logprobs) if run.logprobs is not None else None
-                    yield builder.text(event.text, entries)
-            else:
-                pieces = parser.feed(event.text) if event.text else []
+        if streaming:
+            yield builder.start()
+        try:
+            async for event in events(run, self._metrics):
+                if parser is None:
+                    if event.text or event.logprobs:
+                        entries = (
+                            lp.chat_content(tokenizer, event.logprobs) if run.logprobs is not None else None
+                        )
+                        yield builder.text(event.text, entries)
+                else:
+                    pieces = parser.feed(event.text) if event.text else []
+                    if event.finish_reason is not None:
+                        pieces += parser.finish()
+                    for piece in pieces:
+                        if isinstance(piece, ContentDelta):
+                            if piece.text:
+                                yield builder.text(piece.text)
+                        elif isinstance(piece, ToolCallStart):
+                            namespace, name = names.get(piece.name, (None, piece.name))
+                            yield builder.function_call(piece.id, name, namespace)
+                        else:
+                            yield builder.arguments(piece.arguments)
                 if event.finish_reason is not None:
-                    pieces += parser.finish()
-                for piece in pieces:
-                    if isinstance(piece, ContentDelta):
-                        if piece.text:
-                            yield builder.text(piece.text)
-                    elif isinstance(piece, ToolCallStart):
-                        namespace, name = prepared.tools.names.get(piece.name, (None, piece.name))
-                        yield builder.function_call(piece.id, name, namespace)
-                    else:
-                        yield builder.arguments(piece.arguments)
-            if event.finish_reason is not None:
-                reason = event.finish_reason
-        prompt, completion = run.prompt_tokens, run.completion_tokens
-        usage = {
-            "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-            "output_tokens": completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": prompt + completion,
-        }
-        finished = builder.finish(usage, incomplete="max_output_tokens" if reason == "length" else None)
-        if prepared.body.store is not False:
-            response = builder.response
-            await self._store.put(
-                StoredResponse(response["id"], time.time(), response, prepared.conversation)
-            )
-        yield finished
+                    reason = event.finish_reason
+            prompt, completion = run.prompt_tokens, run.completion_tokens
+            usage = {
+                "input_tokens": prompt,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": completion,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": prompt + completion,
+            }
+            finished = builder.finish(usage, incomplete="max_output_tokens" if reason == "length" else None)
+            if prepared.body.store is not False:
+                # Kept before the client hears it is done: a continuation may follow at once.
+                response = builder.response
+                await self._store.put(
+                    StoredResponse(response["id"], time.time(), response, prepared.conversation)
+                )
+            yield finished
+        except Exception as exc:
+            if not streaming:
+                raise
+            error = to_gateway_error(exc)
+            logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
+            code = "rate_limit_exceeded" if error.status_code == 429 else "server_error"
+            yield builder.fail(code, error.message)
 
     def _builder(self, prepared: PreparedResponse, *, streaming: bool) -> ResponseBuilder:
         seal = None
@@ -370,22 +388,12 @@ class ResponsesService:
 
     async def create(self, prepared: PreparedResponse) -> dict[str, Any]:
         builder = self._builder(prepared, streaming=False)
-        async for _ in self._run(prepared, builder):
+        async for _ in self._generate(prepared, builder, streaming=False):
             pass
         return builder.response
 
-    async def stream(self, prepared: PreparedResponse) -> AsyncGenerator[bytes, None]:
-        builder = self._builder(prepared, streaming=True)
-        yield builder.start()
-        try:
-            async for frames in self._run(prepared, builder):
-                if frames:
-                    yield frames
-        except Exception as exc:
-            error = to_gateway_error(exc)
-            logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
-            code = "rate_limit_exceeded" if error.status_code == 429 else "server_error"
-            yield builder.fail(code, error.message)
+    def stream(self, prepared: PreparedResponse) -> AsyncGenerator[bytes, None]:
+        return self._generate(prepared, self._builder(prepared, streaming=True), streaming=True)
 
     # ------------------------------------------------------------ stored responses
 
