@@ -422,3 +422,20 @@ async def test_the_first_request_of_codex_exec_streams_a_valid_response(
     prompt = engine.requests[-1].prompt_text
     assert "You are a coding agent" in prompt and "say hi" in prompt
     assert "multi_agent_v1__close_agent" in prompt and "web_search" not in prompt
+
+
+async def test_logprobs_come_with_the_text_when_included(
+    make_client: MakeClient, state: dict[str, Any]
+) -> None:
+    client, _ = await make_client(settings=state)
+    include = ["message.output_text.logprobs"]
+    whole = (await create(client, input="Hi", include=include, top_logprobs=2)).json()
+    validate("Response", whole)
+    part = whole["output"][0]["content"][0]
+    assert part["logprobs"] and all(len(e["top_logprobs"]) == 2 for e in part["logprobs"])
+    assert len(part["logprobs"]) == whole["usage"]["output_tokens"]
+    events = sse_events((await create(client, input="Hi", include=include, top_logprobs=2, stream=True)).text)
+    streamed = [e for ev in events if ev["type"] == "response.output_text.delta" for e in ev["logprobs"]]
+    assert streamed == part["logprobs"]
+    plain = (await create(client, input="Hi")).json()
+    assert plain["output"][0]["content"][0]["logprobs"] == []
