@@ -1,4 +1,5 @@
-"""create_app(settings) -> FastAPI. The lifespan opens Triton connections and tokenizers into app.state."""
+"""create_app(settings) -> FastAPI: the registered APIs over the core; the lifespan opens Triton
+connections and tokenizers and registers the services the routes ask for."""
 
 from __future__ import annotations
 
@@ -13,28 +14,24 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from gateway import tracing
-from gateway.api import chat, completions, health, models
-from gateway.api.errors import install_error_handlers
-from gateway.api.middleware import (
+from gateway.apis import APIS
+from gateway.apis.openai.errors import error_body, install_error_handlers
+from gateway.config import ServedModel, Settings
+from gateway.core.models import ModelRegistry, ModelRuntime
+from gateway.core.readiness import Readiness
+from gateway.core.validation import RequestLimits
+from gateway.engine import Engine
+from gateway.errors import GatewayError
+from gateway.http import health
+from gateway.http.middleware import (
     AdmissionMiddleware,
     ApiKeyMiddleware,
     BodySizeMiddleware,
     ObservabilityMiddleware,
 )
-from gateway.api.routing import DirectRoutes
-from gateway.apis.responses import router as responses
-from gateway.apis.responses.sealing import ReasoningSealer, load_or_create_key, parse_key
-from gateway.apis.responses.serving import ResponsesService
-from gateway.apis.responses.store import StoreSettings, open_store
-from gateway.config import ServedModel, Settings
-from gateway.engine import Engine
-from gateway.errors import GatewayError
+from gateway.http.routing import DirectRoutes, generation_paths
+from gateway.http.services import Services
 from gateway.metrics import GatewayMetrics
-from gateway.readiness import Readiness
-from gateway.serving.chat import ChatService
-from gateway.serving.completions import CompletionService
-from gateway.serving.params import RequestLimits
-from gateway.serving.registry import ModelRegistry, ModelRuntime
 from gateway.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -60,17 +57,14 @@ async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
     from gateway.check import report, table
-    from gateway.triton.engine import TritonEngine
 
-    reports = [
-        report(r.config, r.engine, None, r.tokenizer) for r in runtimes if isinstance(r.engine, TritonEngine)
-    ]
+    reports = [report(r.config, r.engine.info, None, r.tokenizer) for r in runtimes]
     if reports:
         logger.info("models ready:\n%s", table(reports))
 
 
 class TritonEngines:
-    """Engines for every served model over one shared pool of Triton endpoints."""
+    """Triton adapters for every served model over one shared pool of Triton endpoints."""
 
     def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
         from gateway.triton.pool import TritonPool
@@ -83,11 +77,9 @@ class TritonEngines:
         )
 
     def __call__(self, model: ServedModel) -> Engine:
-        from gateway.triton.engine import TritonEngine
+        from gateway.triton.engine import adapter_for
 
-        if model.route == "engine":
-            return TritonEngine(self.pool, model.engine_model, route="engine")
-        return TritonEngine(self.pool, model.triton_model, route="ensemble", engine_model=model.engine_model)
+        return adapter_for(self.pool, model)
 
     def start(self) -> None:
         self.pool.start()
@@ -116,26 +108,13 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             max_tokens=settings.max_tokens_limit,
             request_timeout_s=settings.request_timeout_s,
         )
-        app.state.registry = registry
-        app.state.readiness = Readiness(registry, settings.readiness_cache_s)
-        app.state.completions = CompletionService(registry, limits, metrics)
-        app.state.chat = ChatService(registry, limits, metrics)
-        store_settings = StoreSettings(
-            settings.state_dir, settings.response_store_max_age_s, settings.response_store_max_count
-        )
-
-        def sealer() -> ReasoningSealer:
-            key = settings.reasoning_encryption_key
-            return ReasoningSealer(parse_key(key) if key else load_or_create_key(settings.state_dir))
-
-        app.state.responses = ResponsesService(
-            registry,
-            limits,
-            metrics,
-            store=lambda: open_store(settings.response_store, store_settings),
-            sealer=sealer,
-            strict_tools=settings.strict_tools,
-        )
+        services.add(registry)
+        services.add(Readiness(registry, settings.readiness_cache_s))
+        built = [
+            api.service.build(registry, limits, metrics, settings) for api in APIS if api.service is not None
+        ]
+        for service in built:
+            services.add(service)
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes))
@@ -148,7 +127,8 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             introspection.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await introspection
-            await app.state.responses.close()
+            for service in built:
+                await service.close()
             for runtime in runtimes:
                 await runtime.engine.close()
             if triton is not None:
@@ -165,18 +145,14 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         # configures a provider, and checks whether it is on for every request otherwise.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    app.state.settings = settings
-    app.state.metrics = metrics
+    services = Services()
+    services.add(settings)
+    services.add(metrics)
+    app.state.services = services
     install_error_handlers(app)
-    for router in (
-        completions.router,
-        chat.router,
-        responses.router,
-        responses.stored,
-        models.router,
-        health.router,
-    ):
-        app.include_router(router)
+    for api in APIS:
+        app.include_router(api.router)
+    app.include_router(health.router)
     # Starlette wraps in reverse order of adding: observability outermost, the direct generation
     # routes innermost (after admission, so a request holds its slot while it runs).
     app.add_middleware(DirectRoutes, routes=app.routes, exception_handlers=app.exception_handlers)
@@ -186,11 +162,15 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         max_queued=settings.max_queued_requests,
         queue_timeout_s=settings.queue_timeout_s,
         metrics=metrics,
+        paths=generation_paths(app.routes),
+        error_body=error_body,
     )
     keys = settings.accepted_keys()
     if keys:
-        app.add_middleware(ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics)
-    app.add_middleware(BodySizeMiddleware, max_bytes=settings.max_body_bytes)
+        app.add_middleware(
+            ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics, error_body=error_body
+        )
+    app.add_middleware(BodySizeMiddleware, max_bytes=settings.max_body_bytes, error_body=error_body)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -6,9 +6,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from gateway.api.errors import ERROR_RESPONSES
-from gateway.api.routing import JsonBodyRoute
-from gateway.api.streaming import client_timeout, event_stream, until_disconnect
+from gateway.apis.openai.errors import ERROR_RESPONSES
 from gateway.apis.responses.protocol import (
     CreateResponseRequest,
     InputTokens,
@@ -18,17 +16,19 @@ from gateway.apis.responses.protocol import (
     ResponseItemList,
 )
 from gateway.apis.responses.serving import ResponsesService
+from gateway.http.routing import JsonBodyRoute
+from gateway.http.services import service
+from gateway.http.streaming import client_timeout, event_stream, until_disconnect
 
-router = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
+generation = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 stored = APIRouter(responses=ERROR_RESPONSES)
 
 
 def _service(request: Request) -> ResponsesService:
-    service: ResponsesService = request.app.state.responses
-    return service
+    return service(request, ResponsesService)
 
 
-@router.post("/v1/responses", response_model=Response)
+@generation.post("/v1/responses", response_model=Response)
 async def create_response(body: CreateResponseRequest, request: Request) -> Any:
     service = _service(request)
     prepared = await service.prepare(body, timeout_s=client_timeout(request))
@@ -37,7 +37,7 @@ async def create_response(body: CreateResponseRequest, request: Request) -> Any:
     return Response.model_validate(await until_disconnect(request, service.create(prepared)))
 
 
-@router.post("/v1/responses/input_tokens", response_model=InputTokens)
+@generation.post("/v1/responses/input_tokens", response_model=InputTokens)
 async def get_input_token_counts(body: InputTokensRequest, request: Request) -> Any:
     return await _service(request).input_tokens(body)
 
@@ -61,3 +61,10 @@ async def list_input_items(
     after: str | None = Query(default=None),
 ) -> Any:
     return await _service(request).input_items(response_id, limit=limit, order=order, after=after)
+
+
+# Generation routes take their JSON body through JsonBodyRoute (and are admitted); the stored
+# responses' routes are plain GET/DELETE routes.
+router = APIRouter()
+router.include_router(generation)
+router.include_router(stored)

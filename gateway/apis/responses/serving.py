@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import tracing
+from gateway.apis.openai.logprobs import token_string
 from gateway.apis.responses import items as it
 from gateway.apis.responses.protocol import (
     CreateResponseRequest,
@@ -23,11 +24,22 @@ from gateway.apis.responses.protocol import (
     ResponseItemList,
 )
 from gateway.apis.responses.resources import page, resolve_references, resource
-from gateway.apis.responses.sealing import ReasoningSealer
-from gateway.apis.responses.store import ResponseStore, StoredResponse
+from gateway.apis.responses.sealing import ReasoningSealer, load_or_create_key, parse_key
 from gateway.apis.responses.stream import ResponseBuilder, new_item_id
 from gateway.apis.responses.tools import ToolPlan, plan_tools, response_format
-from gateway.engine import SamplingParams
+from gateway.config import Settings
+from gateway.core.generation import GenerationService, PreparedRequest, build_generation, events
+from gateway.core.models import ModelRegistry, ModelRuntime
+from gateway.core.output import OutputPlan, plan_output
+from gateway.core.validation import (
+    RequestLimits,
+    log_unknown_fields,
+    prompt_budget,
+    request_deadline,
+    stop_strings,
+    token_options,
+)
+from gateway.engine import SamplingParams, TokenLogprob
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,
@@ -37,13 +49,8 @@ from gateway.errors import (
     to_gateway_error,
 )
 from gateway.metrics import GatewayMetrics
-from gateway.protocol.openai import ChatCompletionRequest
-from gateway.serving import logprobs as lp
-from gateway.serving import params as p
-from gateway.serving.base import PreparedRequest, build_generation, events, prompt_budget, token_options
-from gateway.serving.params import RequestLimits
-from gateway.serving.registry import ModelRegistry, ModelRuntime
-from gateway.serving.structured import OutputPlan, plan_output
+from gateway.store import ResponseStore, StoredResponse, StoreSettings, open_store
+from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls import ContentDelta, StreamingToolParser, ToolCallStart
 
 logger = logging.getLogger(__name__)
@@ -91,7 +98,7 @@ def _renamed(exc: GatewayError) -> GatewayError:
     return exc
 
 
-class ResponsesService:
+class ResponsesService(GenerationService):
     def __init__(
         self,
         registry: ModelRegistry,
@@ -102,9 +109,7 @@ class ResponsesService:
         sealer: Callable[[], ReasoningSealer],
         strict_tools: bool = False,
     ) -> None:
-        self._registry = registry
-        self._limits = limits
-        self._metrics = metrics
+        super().__init__(registry, limits, metrics)
         # Both are opened on first use: a gateway nobody asks for stored responses or sealed
         # reasoning writes nothing to its state directory.
         self._open_store = store
@@ -112,6 +117,31 @@ class ResponsesService:
         self._store_instance: ResponseStore | None = None
         self._sealer_instance: ReasoningSealer | None = None
         self._strict_tools = strict_tools
+
+    @classmethod
+    def build(
+        cls,
+        registry: ModelRegistry,
+        limits: RequestLimits,
+        metrics: GatewayMetrics | None,
+        settings: Settings,
+    ) -> ResponsesService:
+        store_settings = StoreSettings(
+            settings.state_dir, settings.response_store_max_age_s, settings.response_store_max_count
+        )
+
+        def sealer() -> ReasoningSealer:
+            key = settings.reasoning_encryption_key
+            return ReasoningSealer(parse_key(key) if key else load_or_create_key(settings.state_dir))
+
+        return cls(
+            registry,
+            limits,
+            metrics,
+            store=lambda: open_store(settings.response_store, store_settings),
+            sealer=sealer,
+            strict_tools=settings.strict_tools,
+        )
 
     @property
     def _store(self) -> ResponseStore:
@@ -155,7 +185,7 @@ class ResponsesService:
     ) -> _Prompt:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        p.log_unknown_fields(body.model_extra)
+        log_unknown_fields(body.model_extra)
         for name in ("conversation", "prompt"):
             if (body.model_extra or {}).get(name) is not None:
                 raise UnsupportedParameterError(
@@ -190,12 +220,10 @@ class ResponsesService:
             fmt = None
         try:
             plan = plan_output(
-                ChatCompletionRequest.model_construct(
-                    tools=tools.chat_tools,
-                    tool_choice=tools.chat_tool_choice,
-                    parallel_tool_calls=body.parallel_tool_calls,
-                    response_format=fmt,
-                ),
+                tools=tools.chat_tools,
+                tool_choice=tools.chat_tool_choice,
+                parallel_tool_calls=body.parallel_tool_calls,
+                response_format=fmt,
                 model_tool_format=runtime.config.tool_parser,
                 guided_decoding=runtime.engine.info.guided_decoding,
             )
@@ -212,7 +240,14 @@ class ResponsesService:
             return runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
 
         def budget(text: str) -> tuple[list[int] | None, int]:
-            return prompt_budget(runtime, text, requested=requested, param="max_tokens", limits=self._limits)
+            return prompt_budget(
+                runtime,
+                text,
+                requested=requested,
+                param="max_output_tokens",
+                prompt_param="input",
+                limits=self._limits,
+            )
 
         with tracing.span("tokenize", model=runtime.name):
             text = render(items)
@@ -276,8 +311,8 @@ class ResponsesService:
             prompt_text=prompt.text,
             prompt_ids=prompt.ids,
             params=params,
-            n=1,
-            stops=p.stop_strings(body.stop, self._limits),
+            num_sequences=1,
+            stops=stop_strings(body.stop, self._limits),
             first_index=0,
             guide=prompt.plan.guide,
             logprobs=logprobs,
@@ -286,7 +321,7 @@ class ResponsesService:
             runtime,
             [generation],
             response_id,
-            timeout_s=p.request_deadline(self._limits, timeout_s),
+            timeout_s=request_deadline(self._limits, timeout_s),
             tool_format=prompt.plan.tool_format,
             tool_names=prompt.plan.tool_names,
             logprobs=logprobs,
@@ -333,9 +368,7 @@ class ResponsesService:
             async for event in events(run, self._metrics):
                 if parser is None:
                     if event.text or event.logprobs:
-                        entries = (
-                            lp.chat_content(tokenizer, event.logprobs) if run.logprobs is not None else None
-                        )
+                        entries = _logprobs(tokenizer, event.logprobs) if run.logprobs is not None else None
                         yield builder.text(event.text, entries)
                 else:
                     pieces = parser.feed(event.text) if event.text else []
@@ -473,3 +506,19 @@ def _echo_tool(tool: dict[str, Any]) -> dict[str, Any]:
         "parameters": tool.get("parameters"),
         "strict": tool.get("strict"),
     }
+
+
+def _entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> dict[str, Any]:
+    text, raw = token_string(tokenizer, token_id)
+    return {"token": text, "logprob": logprob, "bytes": list(raw)}
+
+
+def _logprobs(tokenizer: Tokenizer, entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+    """OpenAI's LogProb objects (token, logprob, bytes, top_logprobs) of an output_text part."""
+    return [
+        {
+            **_entry(tokenizer, e.token_id, e.logprob),
+            "top_logprobs": [_entry(tokenizer, t, lp) for t, lp in e.top],
+        }
+        for e in entries
+    ]
