@@ -45,6 +45,12 @@ class ServedModel(BaseModel):
         description="Output limit when a request sets none (max_tokens, max_output_tokens); "
         "none: what is left of the context.",
     )
+    default_limit_status: Literal["incomplete", "completed"] = Field(
+        default="incomplete",
+        description="How a Responses API response cut by default_max_tokens (the client set no "
+        "max_output_tokens) ends: incomplete, as OpenAI reports any cut, or completed, for agents "
+        "that treat incomplete as an error (the Codex CLI, the OpenAI Agents SDK).",
+    )
     add_special_tokens: bool = Field(
         default=True,
         description="Whether Triton's preprocessing adds special tokens (BOS); "

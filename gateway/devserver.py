@@ -112,6 +112,9 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             tool_parser="hermes",
             # The random tiny model rarely ends by itself, and agents set no output limit.
             default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
+            # ... and a turn cut there still ends as completed: agents (Codex, the Agents SDK)
+            # treat an incomplete response as an error.
+            default_limit_status="completed",
         )
         settings = settings.model_copy(update={"models": [served], "triton_url": [ready["grpc"]]})
         base = f"http://{settings.host}:{settings.port}"

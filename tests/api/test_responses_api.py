@@ -439,3 +439,21 @@ async def test_logprobs_come_with_the_text_when_included(
     assert streamed == part["logprobs"]
     plain = (await create(client, input="Hi")).json()
     assert plain["output"][0]["content"][0]["logprobs"] == []
+
+
+async def test_a_cut_at_the_models_default_limit_can_end_as_completed(
+    make_client: MakeClient, state: dict[str, Any]
+) -> None:
+    client, engine = await make_client(
+        settings=state,
+        model={"default_max_tokens": 16, "default_limit_status": "completed"},
+        reply=lambda req, i: "word " * 40,
+    )
+    body = (await create(client, input="Hi")).json()
+    assert engine.requests[-1].params.max_tokens == 16
+    assert body["status"] == "completed" and body["incomplete_details"] is None
+    events = sse_events((await create(client, input="Hi", stream=True)).text)
+    assert events[-1]["type"] == "response.completed"
+    # The client's own limit is still reported as the cut it is.
+    body = (await create(client, input="Hi", max_output_tokens=16)).json()
+    assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}

@@ -393,7 +393,10 @@ class ResponsesService(GenerationService):
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": prompt + completion,
             }
-            finished = builder.finish(usage, incomplete="max_output_tokens" if reason == "length" else None)
+            incomplete = (
+                "max_output_tokens" if reason == "length" and not _ends_as_completed(prepared) else None
+            )
+            finished = builder.finish(usage, incomplete=incomplete)
             if prepared.body.store is not False:
                 # Kept before the client hears it is done: a continuation may follow at once.
                 response = builder.response
@@ -522,3 +525,16 @@ def _logprobs(tokenizer: Tokenizer, entries: Sequence[TokenLogprob]) -> list[dic
         }
         for e in entries
     ]
+
+
+def _ends_as_completed(prepared: PreparedResponse) -> bool:
+    """Whether a reply cut at its token limit is reported completed: only when the limit was the
+    model's default (the client set none, and the context left more room) and the model is
+    configured so (`default_limit_status`)."""
+    config = prepared.prepared.runtime.config
+    return (
+        config.default_limit_status == "completed"
+        and prepared.body.max_output_tokens is None
+        and config.default_max_tokens is not None
+        and prepared.prepared.generations[0].request.params.max_tokens == config.default_max_tokens
+    )
