@@ -56,6 +56,8 @@ class BenchTarget:
     label: str  # table name
     kind: Kind
     route: str = "ensemble"  # gateway only
+    # gateway only: which OpenAI API the load goes to.
+    endpoint: Literal["completions", "chat", "responses"] = "completions"
 
 
 # The order is the table's order; (a) runs first because every ratio is against it.
@@ -63,6 +65,10 @@ TARGETS: tuple[BenchTarget, ...] = (
     BenchTarget("grpc", "(a) Triton gRPC, Python client", "triton-grpc"),
     BenchTarget("gateway", "(b) gateway, ensemble route", "gateway", route="ensemble"),
     BenchTarget("gateway-engine", "(b) gateway, engine route", "gateway", route="engine"),
+    BenchTarget("gateway-chat", "(b) gateway, ensemble route, chat completions", "gateway", endpoint="chat"),
+    BenchTarget(
+        "gateway-responses", "(b) gateway, ensemble route, Responses API", "gateway", endpoint="responses"
+    ),
     BenchTarget("triton-http", "(c) Triton HTTP generate_stream", "triton-http"),
     BenchTarget("litellm", "(d) LiteLLM proxy, Triton provider", "litellm"),
 )
@@ -278,7 +284,12 @@ async def start_target(
             await asyncio.to_thread(
                 wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", 180.0, log_path
             )
-            client = OpenAITarget(f"http://127.0.0.1:{port}/v1", stack.served_name, workload, name=target.key)
+            client = OpenAITarget(
+                f"http://127.0.0.1:{port}/v1",
+                stack.served_name,
+                replace(workload, endpoint=target.endpoint),
+                name=target.key,
+            )
             await client.open(max_conc)
             try:
                 yield Running(
@@ -756,6 +767,15 @@ def target_checks(rows: Sequence[dict[str, Any]]) -> list[str]:
     def verdict(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
+    for c in sorted({r["concurrency"] for r in rows}):
+        chat, responses = by.get(("gateway-chat", c)), by.get(("gateway-responses", c))
+        if chat and responses and chat["client_cpu_ms_per_token"]:
+            ratio = responses["client_cpu_ms_per_token"] / chat["client_cpu_ms_per_token"]
+            out.append(
+                f"- gateway-responses vs gateway-chat at concurrency {c}: "
+                f"CPU per streamed token {ratio:.2f}x "
+                f"(target <= 1.2x): {verdict(ratio <= 1.2)}"
+            )
     for key in ("gateway", "gateway-engine"):
         cpu = [r["cpu_vs_a"] for r in rows if r["target"] == key and not math.isnan(r["cpu_vs_a"])]
         if cpu:

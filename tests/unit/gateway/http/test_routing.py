@@ -37,4 +37,11 @@ def test_the_registered_apis_generation_routes_are_the_admitted_paths() -> None:
     app = FastAPI()
     for api in APIS:
         app.include_router(api.router)
-    assert generation_paths(app.routes) == {"/v1/completions", "/v1/chat/completions"}
+    # input_tokens takes its JSON body the same way (and tokenizing an agent's prompt is work
+    # worth bounding); the stored responses' GET/DELETE routes are not admitted.
+    assert generation_paths(app.routes) == {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/responses/input_tokens",
+    }
