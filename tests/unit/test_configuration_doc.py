@@ -54,6 +54,7 @@ def test_the_complete_example_sets_every_setting_and_loads(tmp_path: Path) -> No
         ("qwen2.5-7b-instruct", "auto", "hermes"),
     ]
     assert s.accepted_keys() == ["sk-gateway-first-key", "sk-from-file"]
+    assert s.state_dir == Path("/var/lib/gateway")
     for name, value in data.items():
-        if name not in ("models", "api_key_file"):
+        if name not in ("models", "api_key_file", "state_dir"):
             assert getattr(s, name) == value, name
