@@ -8,6 +8,7 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -20,8 +21,12 @@ from gateway.api.middleware import (
     ApiKeyMiddleware,
     BodySizeMiddleware,
     ObservabilityMiddleware,
+    openai_shape,
 )
 from gateway.api.routing import DirectRoutes
+from gateway.apis.messages import errors as messages_errors
+from gateway.apis.messages import router as messages_router
+from gateway.apis.messages.serving import MessagesService
 from gateway.config import ServedModel, Settings
 from gateway.engine import Engine
 from gateway.errors import GatewayError
@@ -36,6 +41,13 @@ from gateway.text.tokenizer import Tokenizer
 logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[[ServedModel], Engine]
+
+
+def error_shape(path: str, error: GatewayError) -> tuple[int, dict[str, Any]]:
+    """Which API's error body a path gets: Anthropic's on the Messages API, else OpenAI's."""
+    if path.startswith(messages_errors.PATH_PREFIX):
+        return messages_errors.status_and_body(error)
+    return openai_shape(path, error)
 
 
 async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
@@ -116,6 +128,7 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         app.state.readiness = Readiness(registry, settings.readiness_cache_s)
         app.state.completions = CompletionService(registry, limits, metrics)
         app.state.chat = ChatService(registry, limits, metrics)
+        app.state.messages = MessagesService(registry, limits, metrics)
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes))
@@ -146,8 +159,8 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    install_error_handlers(app)
-    for router in (completions.router, chat.router, models.router, health.router):
+    install_error_handlers(app, error_shape)
+    for router in (completions.router, chat.router, messages_router.router, models.router, health.router):
         app.include_router(router)
     # Starlette wraps in reverse order of adding: observability outermost, the direct generation
     # routes innermost (after admission, so a request holds its slot while it runs).
@@ -158,11 +171,14 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         max_queued=settings.max_queued_requests,
         queue_timeout_s=settings.queue_timeout_s,
         metrics=metrics,
+        error_shape=error_shape,
     )
     keys = settings.accepted_keys()
     if keys:
-        app.add_middleware(ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics)
-    app.add_middleware(BodySizeMiddleware, max_bytes=settings.max_body_bytes)
+        app.add_middleware(
+            ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics, error_shape=error_shape
+        )
+    app.add_middleware(BodySizeMiddleware, max_bytes=settings.max_body_bytes, error_shape=error_shape)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gateway.api.middleware import ErrorShape, openai_shape
 from gateway.errors import (
     GatewayError,
     InvalidRequestError,
@@ -87,14 +88,21 @@ def validation_error(exc: RequestValidationError) -> GatewayError:
     return InvalidRequestError(f"Invalid request: {detail}", param=param)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, error_shape: ErrorShape = openai_shape) -> None:
+    """The app's handlers: OpenAI's bodies, except where `error_shape` gives a path another
+    API's (errors outside any route there: an unknown method or sub-path, a body too large)."""
+
+    def error_response(error: GatewayError, request: Request) -> JSONResponse:
+        status, body = error_shape(request.url.path, error)
+        return JSONResponse(body, status_code=status, headers=error.headers or None)
+
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(validation_error(exc))
+        return error_response(validation_error(exc), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -108,9 +116,9 @@ def install_error_handlers(app: FastAPI) -> None:
         else:
             error = InvalidRequestError(str(exc.detail))
             error.status_code = exc.status_code
-        return error_response(error)
+        return error_response(error, request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(to_gateway_error(exc))
+        return error_response(to_gateway_error(exc), request)

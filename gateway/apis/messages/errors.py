@@ -21,12 +21,31 @@ import logging
 from typing import Any, Final
 
 import orjson
+from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway.errors import GatewayError, InvalidRequestError
+from gateway.api.routing import Handler, JsonBodyRoute
+from gateway.apis.messages.protocol import ErrorResponse
+from gateway.errors import GatewayError, InvalidRequestError, PayloadTooLargeError, to_gateway_error
 
 logger = logging.getLogger(__name__)
+
+# For the OpenAPI document: every error the Messages routes return has Anthropic's shape.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in (
+        (400, "invalid_request_error"),
+        (401, "authentication_error"),
+        (404, "not_found_error"),
+        (413, "request_too_large"),
+        (429, "rate_limit_error: too many requests in flight; see Retry-After"),
+        (500, "api_error"),
+        (504, "timeout_error"),
+        (529, "overloaded_error: Triton unavailable"),
+    )
+}
 
 # Gateway status -> (Anthropic status, Anthropic error type).
 _BY_STATUS: Final[dict[int, tuple[int, str]]] = {
@@ -57,6 +76,13 @@ def error_body(error: GatewayError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": error.message}}
 
 
+PATH_PREFIX: Final = "/v1/messages"
+
+
+def status_and_body(error: GatewayError) -> tuple[int, dict[str, Any]]:
+    return status_and_type(error)[0], error_body(error)
+
+
 def error_response(error: GatewayError) -> JSONResponse:
     status, _ = status_and_type(error)
     return JSONResponse(error_body(error), status_code=status, headers=error.headers or None)
@@ -65,6 +91,13 @@ def error_response(error: GatewayError) -> JSONResponse:
 def error_event(error: GatewayError) -> bytes:
     """A failure after the stream started: Anthropic's `error` event (the stream then ends)."""
     return b"event: error\ndata: " + orjson.dumps(error_body(error)) + b"\n\n"
+
+
+def stream_failure(exc: Exception) -> GatewayError:
+    """What a stream that failed after it started reports, logged by severity."""
+    error = to_gateway_error(exc)
+    logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
+    return error
 
 
 def _location(loc: tuple[Any, ...]) -> str:
@@ -106,3 +139,31 @@ def validation_error(exc: RequestValidationError) -> GatewayError:
     if first.get("type") == "missing":
         message = "Field required"
     return InvalidRequestError(f"{where}: {message}" if where else message, param=where or None)
+
+
+class AnthropicRoute(JsonBodyRoute):
+    """A JSON-body route whose every error leaves in Anthropic's shape: the Messages API's one
+    error mapping point for requests that reach its routes (the app's handlers answer in
+    OpenAI's shape)."""
+
+    def get_route_handler(self) -> Handler:
+        inner = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            try:
+                return await inner(request)
+            except RequestValidationError as exc:
+                return error_response(validation_error(exc))
+            except GatewayError as exc:
+                return error_response(exc)
+            except StarletteHTTPException as exc:
+                if exc.status_code == 413:
+                    return error_response(PayloadTooLargeError(str(exc.detail)))
+                error = InvalidRequestError(str(exc.detail))
+                error.status_code = exc.status_code
+                return error_response(error)
+            except Exception as exc:
+                logger.exception("unhandled error on %s %s", request.method, request.url.path)
+                return error_response(to_gateway_error(exc))
+
+        return handler

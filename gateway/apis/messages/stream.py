@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 from typing import Any, Final, Literal, Protocol
 
 import orjson
+from sse_starlette import ServerSentEvent
 
 from gateway.apis.messages.protocol import (
     ContentBlock,
@@ -32,6 +33,13 @@ from gateway.apis.messages.protocol import (
 from gateway.text.tool_calls import ContentDelta, StreamingToolParser, ToolCallArguments, ToolCallStart
 
 PING: Final = b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+def ping_event() -> ServerSentEvent:
+    """`PING` as sse-starlette's keep-alive sends it, between any two events (tested equal)."""
+    return ServerSentEvent(event="ping", data='{"type":"ping"}', sep="\n")
+
+
 MESSAGE_STOP: Final = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 
 _DELTA_HEAD: Final = (

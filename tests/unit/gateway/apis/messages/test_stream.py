@@ -24,6 +24,7 @@ from gateway.apis.messages.stream import (
     MessageStreamWriter,
     ReplyRouter,
     frame,
+    ping_event,
     stop_reason,
 )
 from gateway.errors import EngineError
@@ -232,6 +233,8 @@ def test_every_frame_is_a_valid_sdk_event_and_the_preformatted_ones_equal_the_du
 
 def test_ping_and_error_frames() -> None:
     assert parse(PING) == [{"type": "ping"}]
+    # What sse-starlette's keep-alive sends between events is exactly PING.
+    assert ping_event().encode() == PING
     assert parse(error_event(EngineError("Triton failed"))) == [
         {"type": "error", "error": {"type": "api_error", "message": "Triton failed"}}
     ]

@@ -1,0 +1,162 @@
+"""/v1/messages over the generation core: a Messages request through the chat template into one
+engine request, and the reply back as Anthropic content, whole or as its event stream."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import string
+import uuid
+from collections.abc import AsyncGenerator
+
+from gateway import tracing
+from gateway.apis.messages import errors
+from gateway.apis.messages.protocol import (
+    Message,
+    MessageCountTokensRequest,
+    MessageCreateRequest,
+    MessageTokensCount,
+)
+from gateway.apis.messages.stream import MessageAssembler, MessageStreamWriter, ReplyRouter, stop_reason
+from gateway.apis.messages.translate import ChatPrompt, to_chat
+from gateway.engine import SamplingParams
+from gateway.serving import params as p
+from gateway.serving.base import (
+    GenerationService,
+    PreparedRequest,
+    build_generation,
+    events,
+    prompt_budget,
+)
+from gateway.serving.registry import ModelRuntime
+from gateway.serving.structured import OutputPlan, plan_output
+
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+
+def new_message_id() -> str:
+    return "msg_" + uuid.uuid4().hex
+
+
+def new_tool_use_id() -> str:
+    """Shaped like Anthropic's: ``toolu_`` and 24 random letters and digits."""
+    return "toolu_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+
+
+class MessagesService(GenerationService):
+    def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[str, OutputPlan]:
+        plan = plan_output(
+            chat,  # type: ignore[arg-type]  # has the fields plan_output reads
+            model_tool_format=runtime.config.tool_parser,
+            guided_decoding=runtime.engine.info.guided_decoding,
+        )
+        kwargs = chat.template_kwargs()
+        if plan.template_tools is not None:
+            kwargs["tools"] = plan.template_tools
+        with tracing.span("tokenize", model=runtime.name):
+            return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
+
+    async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedRequest:
+        runtime = self._registry.get(body.model)
+        await runtime.engine.ensure_ready()
+        p.log_unknown_fields(body.model_extra)
+        chat = to_chat(body, max_tokens=body.max_tokens)
+        stops = p.stop_strings(body.stop_sequences, self._limits)
+        prompt, plan = self._render(runtime, chat)
+        ids, max_tokens = self._budget(runtime, prompt, body.max_tokens)
+        message_id = new_message_id()
+        # Without a temperature the engine's own defaults sample; a fresh seed keeps TensorRT-LLM
+        # (default seed 0) from sampling the same text for every request.
+        sampling = body.temperature is None or body.temperature > 0
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=random.getrandbits(63) if sampling else None,
+        )
+        generation = build_generation(
+            runtime,
+            request_id=message_id,
+            prompt_text=prompt,
+            prompt_ids=ids,
+            params=params,
+            n=1,
+            stops=stops,
+            first_index=0,
+            guide=plan.guide,
+        )
+        return PreparedRequest(
+            runtime,
+            [generation],
+            message_id,
+            timeout_s=p.request_deadline(self._limits, timeout_s),
+            tool_format=plan.tool_format,
+            tool_names=plan.tool_names,
+        )
+
+    def _budget(self, runtime: ModelRuntime, prompt: str, requested: int) -> tuple[list[int] | None, int]:
+        """The prompt's ids and max_tokens. Agents ask for more than a small context holds
+        (Claude Code: 32000), and Anthropic's API takes `max_tokens` as a ceiling, so it is
+        clamped to what the context (and the server's limit) leaves; a reply cut there ends
+        with stop_reason "max_tokens". A prompt that leaves no room at all is still a 400."""
+        limits = self._limits
+        if limits.max_tokens is not None:
+            requested = min(requested, limits.max_tokens)
+        if runtime.max_model_len is None:
+            return prompt_budget(runtime, prompt, requested=requested, param="max_tokens", limits=limits)
+        ids, room = prompt_budget(runtime, prompt, requested=None, param="max_tokens", limits=limits)
+        return ids, min(requested, room)
+
+    async def count_tokens(self, body: MessageCountTokensRequest) -> MessageTokensCount:
+        runtime = self._registry.get(body.model)
+        await runtime.engine.ensure_ready()
+        p.log_unknown_fields(body.model_extra)
+        prompt, _ = self._render(runtime, to_chat(body))
+        ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
+        return MessageTokensCount(input_tokens=len(ids))
+
+    def _router(self, prepared: PreparedRequest, sink: MessageStreamWriter | MessageAssembler) -> ReplyRouter:
+        return ReplyRouter(
+            sink, tool_format=prepared.tool_format, tool_names=prepared.tool_names, make_id=new_tool_use_id
+        )
+
+    async def create(self, prepared: PreparedRequest) -> Message:
+        assembler = MessageAssembler()
+        reply = self._router(prepared, assembler)
+        finish = "stop"
+        async for event in events(prepared, self._metrics):
+            reply.text(event.text)
+            if event.finish_reason is not None:
+                finish = event.finish_reason
+        reply.finish()
+        stop = prepared.choices[0].stop_sequence
+        return assembler.message(
+            prepared.response_id,
+            prepared.runtime.name,
+            stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop),
+            stop,
+            input_tokens=prepared.prompt_tokens,
+            output_tokens=prepared.completion_tokens,
+        )
+
+    async def stream(self, prepared: PreparedRequest) -> AsyncGenerator[bytes, None]:
+        writer = MessageStreamWriter(prepared.response_id, prepared.runtime.name)
+        reply = self._router(prepared, writer)
+        try:
+            yield writer.start(prepared.prompt_tokens)
+            finish = "stop"
+            async for event in events(prepared, self._metrics):
+                frames = reply.text(event.text) if event.text else b""
+                if event.finish_reason is not None:
+                    finish = event.finish_reason
+                if frames:
+                    yield frames
+            frames = reply.finish()
+            stop = prepared.choices[0].stop_sequence
+            reason = stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop)
+            yield frames + writer.finish(
+                reason, stop, input_tokens=prepared.prompt_tokens, output_tokens=prepared.completion_tokens
+            )
+        except Exception as exc:
+            yield errors.error_event(errors.stream_failure(exc))
