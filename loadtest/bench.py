@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loadtest import procstat
+from loadtest.anthropic_client import AnthropicTarget
 from loadtest.metrics import RequestRecord, RunSummary
 from loadtest.openai_client import OpenAITarget
 from loadtest.report import plot_sweep, request_rows, summary_dict, write_csv, write_json
@@ -56,6 +57,8 @@ class BenchTarget:
     label: str  # table name
     kind: Kind
     route: str = "ensemble"  # gateway only
+    # gateway only: which API the load goes through.
+    api: Literal["completions", "chat", "messages"] = "completions"
 
 
 # The order is the table's order; (a) runs first because every ratio is against it.
@@ -63,6 +66,8 @@ TARGETS: tuple[BenchTarget, ...] = (
     BenchTarget("grpc", "(a) Triton gRPC, Python client", "triton-grpc"),
     BenchTarget("gateway", "(b) gateway, ensemble route", "gateway", route="ensemble"),
     BenchTarget("gateway-engine", "(b) gateway, engine route", "gateway", route="engine"),
+    BenchTarget("gateway-chat", "(b) gateway, chat completions", "gateway", route="ensemble", api="chat"),
+    BenchTarget("gateway-messages", "(b) gateway, Messages API", "gateway", route="ensemble", api="messages"),
     BenchTarget("triton-http", "(c) Triton HTTP generate_stream", "triton-http"),
     BenchTarget("litellm", "(d) LiteLLM proxy, Triton provider", "litellm"),
 )
@@ -278,7 +283,12 @@ async def start_target(
             await asyncio.to_thread(
                 wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", 180.0, log_path
             )
-            client = OpenAITarget(f"http://127.0.0.1:{port}/v1", stack.served_name, workload, name=target.key)
+            base = f"http://127.0.0.1:{port}"
+            if target.api == "messages":
+                client = AnthropicTarget(base, stack.served_name, workload, name=target.key)
+            else:
+                endpoint = replace(workload, endpoint=target.api)
+                client = OpenAITarget(base + "/v1", stack.served_name, endpoint, name=target.key)
             await client.open(max_conc)
             try:
                 yield Running(
@@ -787,6 +797,14 @@ def target_checks(rows: Sequence[dict[str, Any]]) -> list[str]:
                     f"- {key} vs LiteLLM at concurrency {c}: throughput {tput:.2f}x (target >= 3x), "
                     f"CPU per token {cpu_r:.2f}x (target <= 0.33x): {verdict(tput >= 3 and cpu_r <= 1 / 3)}"
                 )
+    for c in sorted({r["concurrency"] for r in rows}):
+        chat, messages = by.get(("gateway-chat", c)), by.get(("gateway-messages", c))
+        if chat and messages and chat["client_cpu_ms_per_token"]:
+            ratio = messages["client_cpu_ms_per_token"] / chat["client_cpu_ms_per_token"]
+            out.append(
+                f"- gateway-messages vs gateway-chat at concurrency {c}: CPU per token {ratio:.2f}x "
+                f"(target <= 1.2x): {verdict(ratio <= 1.2)}"
+            )
     return out
 
 
