@@ -351,3 +351,41 @@ async def test_an_oversize_body_is_request_too_large(make_client: MakeClient) ->
 async def test_a_deadline_is_timeout_error(make_client: MakeClient) -> None:
     client, _ = await make_client(settings={"request_timeout_s": 0.05}, gate=asyncio.Event())
     assert_error(await client.post("/v1/messages", json=body()), 504, "timeout_error")
+
+
+async def test_a_claude_code_shaped_request_streams_to_message_stop(make_client: MakeClient) -> None:
+    from tests.support import claude_code_request as cc
+
+    client, engine = await make_client(model={"tool_parser": "hermes", "max_model_len": 65536})
+    r = await client.post(cc.PATH, json=cc.request(), headers=cc.HEADERS)
+    assert r.status_code == 200, r.text
+    events = events_of(r.text)
+    assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"
+    message = accumulate(events)
+    assert message.stop_reason == "end_turn" and message.content[0].type == "text"
+    # Every tool reaches the template; the mid-conversation system turn stays where it was.
+    prompt = engine.requests[0].prompt_text
+    assert prompt.count('{"type": "function", "function": {"name": ') == len(cc.tools())
+    assert prompt.index("Say hello") < prompt.index("<|im_start|>system\n# Environment")
+    # The billing header changes with every Claude Code version; the prompt does not.
+    await client.post(cc.PATH, json=cc.request(version="2.1.400.zzz"), headers=cc.HEADERS)
+    assert engine.requests[1].prompt_text == prompt
+
+
+async def test_a_claude_code_shaped_request_on_a_small_context_ends_with_max_tokens(
+    make_client: MakeClient,
+) -> None:
+    from tests.support import claude_code_request as cc
+
+    counter, _ = await make_client(model={"tool_parser": "hermes"})
+    fields = {k: v for k, v in cc.request().items() if k not in ("max_tokens", "stream", "metadata")}
+    prompt_tokens = (await counter.post("/v1/messages/count_tokens", json=fields)).json()["input_tokens"]
+    client, engine = await make_client(
+        model={"tool_parser": "hermes", "max_model_len": prompt_tokens + 20},
+        reply=lambda req, i: "word " * 500,
+    )
+    r = await client.post(cc.PATH, json=cc.request(), headers=cc.HEADERS)
+    message = accumulate(events_of(r.text))
+    assert engine.requests[0].params.max_tokens == 20
+    assert message.stop_reason == "max_tokens"
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (prompt_tokens, 20)
