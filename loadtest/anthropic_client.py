@@ -56,6 +56,8 @@ class AnthropicTarget:
             body["stream"] = True
         if w.temperature is not None:
             body["temperature"] = w.temperature
+        if w.ignore_eos:
+            body["ignore_eos"] = True
         body.update(w.extra_body)
         return body
 

@@ -208,11 +208,16 @@ async def test_reasoning_controls_reach_the_chat_template(make_client: MakeClien
 
 async def test_sampling_fields_older_clients_send_reach_the_engine(make_client: MakeClient) -> None:
     client, engine = await make_client()
-    await client.post("/v1/messages", json=body(temperature=0.3, top_p=0.8, top_k=7))
+    await client.post("/v1/messages", json=body(temperature=0.3, top_p=0.8, top_k=7, ignore_eos=True))
     await client.post("/v1/messages", json=body())
     given, default = (req.params for req in engine.requests)
-    assert (given.temperature, given.top_p, given.top_k) == (0.3, 0.8, 7)
-    assert (default.temperature, default.top_p, default.top_k) == (None, None, None)
+    assert (given.temperature, given.top_p, given.top_k, given.ignore_eos) == (0.3, 0.8, 7, True)
+    assert (default.temperature, default.top_p, default.top_k, default.ignore_eos) == (
+        None,
+        None,
+        None,
+        False,
+    )
 
 
 async def test_an_output_format_is_a_json_schema_guide(make_client: MakeClient) -> None:

@@ -47,7 +47,10 @@ async def test_a_streamed_message_is_timed_per_delta_and_counted_from_usage(fail
     server = await asyncio.start_server(serve(stream(fail=fail), seen), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     target = AnthropicTarget(
-        f"http://127.0.0.1:{port}", "m", Workload(max_tokens=3, stream=True, temperature=0), api_key="k"
+        f"http://127.0.0.1:{port}",
+        "m",
+        Workload(max_tokens=3, stream=True, temperature=0, ignore_eos=True),
+        api_key="k",
     )
     await target.open(1)
     try:
@@ -61,6 +64,7 @@ async def test_a_streamed_message_is_timed_per_delta_and_counted_from_usage(fail
         "messages": [{"role": "user", "content": "hi"}],
         "stream": True,
         "temperature": 0,
+        "ignore_eos": True,
     }
     assert b"x-api-key: k" in seen[0]["head"].lower() and b"post /v1/messages " in seen[0]["head"].lower()
     assert len(record.chunk_times) == 3

@@ -206,6 +206,8 @@ class MessageCreateRequest(MessageCountTokensRequest):
     temperature: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     top_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
+    # The engine's own knob, accepted here as on the OpenAI endpoints (benchmarks use it).
+    ignore_eos: bool | None = None
 
 
 # ---------------------------------------------------------------- responses

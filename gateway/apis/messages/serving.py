@@ -74,6 +74,7 @@ class MessagesService(GenerationService):
             top_p=body.top_p,
             top_k=body.top_k,
             seed=random.getrandbits(63) if sampling else None,
+            ignore_eos=bool(body.ignore_eos),
         )
         generation = build_generation(
             runtime,
