@@ -50,6 +50,13 @@ class RedactedThinkingBlockParam(_Block):
     data: str
 
 
+class ToolReferenceBlockParam(_Block):
+    """What Claude Code's ToolSearch returns: a deferred tool (`defer_loading`) made available."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
 class UnservedBlockParam(_Block):
     """Blocks Anthropic defines whose inputs this gateway cannot give a text model; parsed only
     so that the 400 can name them."""
@@ -63,11 +70,12 @@ class UnservedBlockParam(_Block):
         "web_fetch_tool_result",
         "code_execution_tool_result",
         "container_upload",
-        "tool_reference",
     ]
 
 
-ToolResultContent = Annotated[TextBlockParam | UnservedBlockParam, Field(discriminator="type")]
+ToolResultContent = Annotated[
+    TextBlockParam | ToolReferenceBlockParam | UnservedBlockParam, Field(discriminator="type")
+]
 
 ContentBlockParam = Annotated[
     TextBlockParam

@@ -251,7 +251,9 @@ def _result_text(block: ToolResultBlockParam, where: str) -> str:
         for k, part in enumerate(content):
             if isinstance(part, UnservedBlockParam):
                 raise _unserved(part, f"{where}.content.{k}")
-            parts.append(part.text)
+            # Every declared tool is in the prompt, deferred ones too (`defer_loading` is not
+            # served), so a reference only needs to name the tool that was found.
+            parts.append(part.text if isinstance(part, TextBlockParam) else f"{part.tool_name}\n")
         text = "".join(parts)
     # The chat templates' tool turn has no error flag; the model learns it from the text.
     return f"Error: {text}" if block.is_error else text

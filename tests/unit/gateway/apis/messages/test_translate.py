@@ -115,7 +115,10 @@ def request(**fields: Any) -> MessageCreateRequest:
                             {
                                 "type": "tool_result",
                                 "tool_use_id": "b",
-                                "content": [{"type": "text", "text": "x"}],
+                                "content": [
+                                    {"type": "text", "text": "found:\n"},
+                                    {"type": "tool_reference", "tool_name": "mcp__docs__search"},
+                                ],
                             },
                             {"type": "tool_result", "tool_use_id": "a", "is_error": True, "content": "boom"},
                         ],
@@ -131,7 +134,7 @@ def request(**fields: Any) -> MessageCreateRequest:
                         {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": {}}},
                     ],
                 },
-                {"role": "tool", "tool_call_id": "b", "content": "x"},
+                {"role": "tool", "tool_call_id": "b", "content": "found:\nmcp__docs__search\n"},
                 {"role": "tool", "tool_call_id": "a", "content": "Error: boom"},
             ],
         ),
