@@ -24,9 +24,11 @@ run: install
 test: install
 	$(PY) -m pytest -m "not soak and not bench" $(PYTEST_ARGS)
 
+# ruff, and the import layers as contracts (pyproject.toml [tool.importlinter]).
 lint: install
 	$(VENV)/bin/ruff check gateway deploy loadtest tests
 	$(VENV)/bin/ruff format --check gateway deploy loadtest tests
+	$(VENV)/bin/lint-imports
 
 typecheck: install
 	$(VENV)/bin/mypy

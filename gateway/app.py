@@ -1,4 +1,5 @@
-"""create_app(settings) -> FastAPI. The lifespan opens Triton connections and tokenizers into app.state."""
+"""create_app(settings) -> FastAPI: the registered APIs over the core; the lifespan opens Triton
+connections and tokenizers and registers the services the routes ask for."""
 
 from __future__ import annotations
 
@@ -8,46 +9,34 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from gateway import tracing
-from gateway.api import chat, completions, health, models
-from gateway.api.errors import install_error_handlers
-from gateway.api.middleware import (
+from gateway.apis import APIS, error_shape
+from gateway.apis.openai.errors import install_error_handlers
+from gateway.config import ServedModel, Settings
+from gateway.core.models import ModelRegistry, ModelRuntime
+from gateway.core.readiness import Readiness
+from gateway.core.validation import RequestLimits
+from gateway.engine import Engine
+from gateway.errors import GatewayError
+from gateway.http import health
+from gateway.http.middleware import (
     AdmissionMiddleware,
     ApiKeyMiddleware,
     BodySizeMiddleware,
     ObservabilityMiddleware,
-    openai_shape,
 )
-from gateway.api.routing import DirectRoutes
-from gateway.apis.messages import errors as messages_errors
-from gateway.apis.messages import router as messages_router
-from gateway.apis.messages.serving import MessagesService
-from gateway.config import ServedModel, Settings
-from gateway.engine import Engine
-from gateway.errors import GatewayError
+from gateway.http.routing import DirectRoutes, generation_paths
+from gateway.http.services import Services
 from gateway.metrics import GatewayMetrics
-from gateway.readiness import Readiness
-from gateway.serving.chat import ChatService
-from gateway.serving.completions import CompletionService
-from gateway.serving.params import RequestLimits
-from gateway.serving.registry import ModelRegistry, ModelRuntime
 from gateway.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[[ServedModel], Engine]
-
-
-def error_shape(path: str, error: GatewayError) -> tuple[int, dict[str, Any]]:
-    """Which API's error body a path gets: Anthropic's on the Messages API, else OpenAI's."""
-    if path.startswith(messages_errors.PATH_PREFIX):
-        return messages_errors.status_and_body(error)
-    return openai_shape(path, error)
 
 
 async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
@@ -68,17 +57,14 @@ async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
     from gateway.check import report, table
-    from gateway.triton.engine import TritonEngine
 
-    reports = [
-        report(r.config, r.engine, None, r.tokenizer) for r in runtimes if isinstance(r.engine, TritonEngine)
-    ]
+    reports = [report(r.config, r.engine.info, None, r.tokenizer) for r in runtimes]
     if reports:
         logger.info("models ready:\n%s", table(reports))
 
 
 class TritonEngines:
-    """Engines for every served model over one shared pool of Triton endpoints."""
+    """Triton adapters for every served model over one shared pool of Triton endpoints."""
 
     def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
         from gateway.triton.pool import TritonPool
@@ -91,11 +77,9 @@ class TritonEngines:
         )
 
     def __call__(self, model: ServedModel) -> Engine:
-        from gateway.triton.engine import TritonEngine
+        from gateway.triton.engine import adapter_for
 
-        if model.route == "engine":
-            return TritonEngine(self.pool, model.engine_model, route="engine")
-        return TritonEngine(self.pool, model.triton_model, route="ensemble", engine_model=model.engine_model)
+        return adapter_for(self.pool, model)
 
     def start(self) -> None:
         self.pool.start()
@@ -124,11 +108,11 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             max_tokens=settings.max_tokens_limit,
             request_timeout_s=settings.request_timeout_s,
         )
-        app.state.registry = registry
-        app.state.readiness = Readiness(registry, settings.readiness_cache_s)
-        app.state.completions = CompletionService(registry, limits, metrics)
-        app.state.chat = ChatService(registry, limits, metrics)
-        app.state.messages = MessagesService(registry, limits, metrics)
+        services.add(registry)
+        services.add(Readiness(registry, settings.readiness_cache_s))
+        for api in APIS:
+            if api.service is not None:
+                services.add(api.service(registry, limits, metrics))
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes))
@@ -157,11 +141,14 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         # configures a provider, and checks whether it is on for every request otherwise.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    app.state.settings = settings
-    app.state.metrics = metrics
+    services = Services()
+    services.add(settings)
+    services.add(metrics)
+    app.state.services = services
     install_error_handlers(app, error_shape)
-    for router in (completions.router, chat.router, messages_router.router, models.router, health.router):
-        app.include_router(router)
+    for api in APIS:
+        app.include_router(api.router)
+    app.include_router(health.router)
     # Starlette wraps in reverse order of adding: observability outermost, the direct generation
     # routes innermost (after admission, so a request holds its slot while it runs).
     app.add_middleware(DirectRoutes, routes=app.routes, exception_handlers=app.exception_handlers)
@@ -171,6 +158,7 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
         max_queued=settings.max_queued_requests,
         queue_timeout_s=settings.queue_timeout_s,
         metrics=metrics,
+        paths=generation_paths(app.routes),
         error_shape=error_shape,
     )
     keys = settings.accepted_keys()

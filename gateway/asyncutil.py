@@ -1,4 +1,4 @@
-"""Small asyncio helpers shared by the serving layer and the Triton adapter."""
+"""Small asyncio helpers shared by the core and the Triton adapter."""
 
 from __future__ import annotations
 

@@ -11,9 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.config import ServedModel, Settings
+from gateway.engine import EngineInfo
 from gateway.errors import GatewayError
 from gateway.text.tokenizer import Tokenizer
-from gateway.triton.engine import TritonEngine
+from gateway.triton.engine import adapter_for
 from gateway.triton.pool import TritonPool
 
 
@@ -38,8 +39,9 @@ def _yes(flag: bool) -> str:
 
 
 def report(
-    model: ServedModel, engine: TritonEngine | None, error: str | None, tokenizer: Tokenizer | None = None
+    model: ServedModel, info: EngineInfo | None, error: str | None, tokenizer: Tokenizer | None = None
 ) -> ModelReport:
+    """One model's row, from its capabilities (`Contract.capabilities`) and its tokenizer."""
     triton_model = model.engine_model if model.route == "engine" else model.triton_model
     try:
         if tokenizer is None:
@@ -48,9 +50,9 @@ def report(
         context = model.max_model_len or tokenizer.info.max_model_len
     except GatewayError as exc:
         vocab, context = f"error: {exc.message}", None
-    if engine is None or error is not None:
+    if info is None or error is not None:
         return ModelReport(model.name, triton_model, model.route, f"unavailable: {error}", tokenizer=vocab)
-    k = engine.contract
+    k = info
     return ModelReport(
         name=model.name,
         triton_model=triton_model,
@@ -110,18 +112,13 @@ async def check(settings: Settings) -> list[ModelReport]:
     reports = []
     try:
         for model in settings.models:
-            if model.route == "engine":
-                engine = TritonEngine(pool, model.engine_model, route="engine")
-            else:
-                engine = TritonEngine(
-                    pool, model.triton_model, route="ensemble", engine_model=model.engine_model
-                )
+            engine = adapter_for(pool, model)
             try:
                 await engine.introspect()
             except (GatewayError, ValueError) as exc:
                 reports.append(report(model, None, getattr(exc, "message", str(exc))))
                 continue
-            reports.append(report(model, engine, None))
+            reports.append(report(model, engine.info, None))
     finally:
         await pool.close()
     return reports

@@ -10,6 +10,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from gateway.text.tool_calls.registry import MODEL_FORMATS
+
 Route = Literal["ensemble", "engine"]
 
 
@@ -31,15 +33,24 @@ class ServedModel(BaseModel):
     max_model_len: int | None = Field(
         default=None, ge=1, description="Context length; default from the model's config.json."
     )
-    tool_parser: Literal["none", "llama3_json", "hermes", "mistral"] = Field(
+    tool_parser: str = Field(
         default="none",
-        description="How this model writes tool calls (none: tools only with guided decoding).",
+        description="How this model writes tool calls: "
+        + " | ".join(MODEL_FORMATS)
+        + " (none: tools only with guided decoding).",
     )
     add_special_tokens: bool = Field(
         default=True,
         description="Whether Triton's preprocessing adds special tokens (BOS); "
         "the gateway counts the same way.",
     )
+
+    @field_validator("tool_parser")
+    @classmethod
+    def _registered_tool_parser(cls, value: str) -> str:
+        if value not in MODEL_FORMATS:
+            raise ValueError(f"tool_parser must be one of {', '.join(MODEL_FORMATS)}, not {value!r}")
+        return value
 
     @classmethod
     def parse_spec(cls, spec: str) -> ServedModel:

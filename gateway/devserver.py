@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from gateway.config import ServedModel, Settings
+from gateway.server import run_server
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +97,6 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def run_dev(settings: Settings, args: argparse.Namespace) -> None:
-    from gateway.cli import run_server
-
     model_dir = Path(args.model_dir) if args.model_dir else _tiny_model_dir()
     # uvicorn re-raises SIGTERM once it has shut down; with the default handler that would end
     # the process before `finally` stops the Triton stack.

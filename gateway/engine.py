@@ -1,7 +1,9 @@
-"""The engine protocol: what the serving layer needs from a generation backend, in OpenAI-neutral terms.
+"""The Engine protocol: what the core needs from a generation backend, in API-neutral terms.
 
-The Triton adapter (`gateway.triton`) implements it; tests use a scripted fake. Values are frozen
-slotted dataclasses so they are cheap and cannot be changed behind the serving layer's back.
+The Triton adapter (`gateway.triton.engine.TritonAdapter`) implements it (whatever runs inside
+Triton: TensorRT-LLM, or the CPU reference engine in model_repo_templates/); tests use a scripted
+fake. Values are frozen slotted dataclasses so they are cheap and cannot be changed behind the
+core's back.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ class GenerationRequest:
     end_id: int | None = None
     pad_id: int | None = None
     # Extra end-of-generation ids and their token strings (generation_config eos lists).
-    stop_token_ids: tuple[int, ...] = ()
-    stop_token_strings: tuple[str, ...] = ()
+    end_token_ids: tuple[int, ...] = ()
+    end_token_strings: tuple[str, ...] = ()
     # Guided decoding: ("json" | "json_schema" | "regex" | "ebnf_grammar", guide text).
     guide: tuple[str, str] | None = None
     # None: no log probabilities; k >= 0: each token's, with the k most likely alternatives.
@@ -85,6 +87,8 @@ class EngineInfo:
     native_num_sequences: bool
     reports_token_counts: bool
     variant: str
+    # Whether the model streams (one response per token) or answers once per request.
+    decoupled: bool = False
     guided_decoding: bool = False
     logprobs: bool = False
     top_logprobs: bool = False

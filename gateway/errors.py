@@ -1,8 +1,7 @@
-"""One exception hierarchy and the one mapping from it to OpenAI's error body and HTTP status."""
+"""One exception hierarchy, with each error's HTTP status and OpenAI-style type and code. Each API
+maps it to its own error body in one place (OpenAI's: `gateway.apis.openai.errors`)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 
 class GatewayError(Exception):
@@ -25,16 +24,6 @@ class GatewayError(Exception):
         self.param = param
         self.code = code if code is not None else self.default_code
         self.headers = headers or {}
-
-    def to_body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.error_type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
 
 
 class InvalidRequestError(GatewayError):

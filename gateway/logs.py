@@ -1,6 +1,6 @@
 """Logging set-up (text or JSON lines) and the per-request record behind the access log.
 
-The record lives in a contextvar: the middleware creates it, the serving layer fills in model,
+The record lives in a contextvar: the middleware creates it, the core fills in model,
 tokens and TTFT, and the middleware logs one line when the response (the whole stream) is done.
 Prompts and completions are never part of it.
 """

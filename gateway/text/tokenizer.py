@@ -83,7 +83,7 @@ class Tokenizer:
 
         Byte-level BPE with no normalizer turns each byte of the text into one symbol (one more
         for a prefix space) and every token spans at least one symbol; the template adds a fixed
-        number of special tokens. So the serving layer can know a prompt is within every limit
+        number of special tokens. So the core can know a prompt is within every limit
         before paying for its encoding."""
         if self._specials_added is None or not text:
             return None
@@ -104,6 +104,21 @@ class Tokenizer:
             cached = full[len(self.decode(anchor, skip_special_tokens=False)) :]
             self._token_texts[token_id] = cached
         return cached
+
+    def token_raw_bytes(self, token_id: int) -> bytes:
+        """The exact bytes one token adds to the output, also where they are not whole UTF-8
+        characters: from the byte table (byte-level BPE), a byte-fallback piece (`<0xNN>`), or
+        else the token's text."""
+        table = self.token_bytes
+        if table is not None and 0 <= token_id < len(table) and table[token_id]:
+            return table[token_id]  # (special tokens have none there: they are their text)
+        piece = self.convert_ids_to_tokens([token_id])[0]
+        if isinstance(piece, str) and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return self.token_text(token_id).encode()
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return list(self._tok.convert_ids_to_tokens(list(ids)))

@@ -15,6 +15,8 @@ from typing import Literal
 import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
+from gateway.engine import EngineInfo
+
 Route = Literal["ensemble", "engine"]
 
 # Logical input names (the ensemble's names where it has them).
@@ -172,6 +174,25 @@ class Contract:
     @property
     def variant(self) -> str:
         return "legacy" if self.declared_inputs & LEGACY_NAMES else "current"
+
+    def capabilities(self) -> EngineInfo:
+        """What this model can do, in the Engine protocol's terms: the one place each capability is
+        read off the contract (the adapter's `info`, `gateway check` and the start-up table)."""
+        return EngineInfo(
+            model=self.model,
+            exposes_token_ids=self.exposes_token_ids,
+            native_num_sequences=self.native_num_sequences,
+            reports_token_counts=self.reports_token_counts,
+            variant=self.variant,
+            decoupled=self.decoupled,
+            guided_decoding=self.guided_decoding,
+            logprobs=self.logprobs,
+            top_logprobs=self.top_logprobs,
+            logit_bias=self.logit_bias,
+            needs_prompt_ids=self.route == "engine" or self.repeats_prompt,
+            inputs=self.declared_inputs,
+            outputs=self.outputs,
+        )
 
     def with_decoupled(self, decoupled: bool) -> Contract:
         return Contract(self.model, self.route, decoupled, self.inputs, self.outputs, self.declared_inputs)

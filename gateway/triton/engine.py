@@ -1,4 +1,5 @@
-"""`TritonEngine`: the Engine protocol over a TensorRT-LLM ensemble, one gRPC stream per request.
+"""`TritonAdapter`: the Engine protocol over a TensorRT-LLM model in Triton (its ensemble, or the
+engine model itself on the `engine` route), one gRPC stream per request.
 
 One stream per request keeps cancellation precise: cancelling the call cancels exactly that
 request inside Triton, which the TensorRT-LLM backend notices within cancellation_check_period_ms.
@@ -17,17 +18,24 @@ from tritonclient.grpc import service_pb2
 
 from gateway import tracing
 from gateway.asyncutil import merge
+from gateway.config import ServedModel
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
 from gateway.triton.connection import is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
-from gateway.triton.tensors import ParsedResponse, build_request, parse_response, stop_request, token_logprobs
+from gateway.triton.tensors import (
+    ParsedResponse,
+    build_request,
+    cancel_request,
+    parse_response,
+    token_logprobs,
+)
 
 logger = logging.getLogger(__name__)
 
 
-class TritonEngine:
+class TritonAdapter:
     def __init__(
         self, pool: TritonPool, model: str, route: c.Route = "ensemble", *, engine_model: str | None = None
     ) -> None:
@@ -36,7 +44,7 @@ class TritonEngine:
         self._route = route
         # For the ensemble route: the engine model to send `stop` requests to, if it has that input.
         self._engine_model = engine_model
-        self._stop_model: str | None = None
+        self._cancel_model: str | None = None
         self._contract: c.Contract | None = None
         self._info: tuple[c.Contract, EngineInfo] | None = None
         self._lock = asyncio.Lock()
@@ -56,20 +64,7 @@ class TritonEngine:
         # Asked for several times per request: made once per contract learned.
         if self._info is not None and self._info[0] is k:
             return self._info[1]
-        info = EngineInfo(
-            model=self._model,
-            exposes_token_ids=k.exposes_token_ids,
-            native_num_sequences=k.native_num_sequences,
-            reports_token_counts=k.reports_token_counts,
-            variant=k.variant,
-            guided_decoding=k.guided_decoding,
-            logprobs=k.logprobs,
-            top_logprobs=k.top_logprobs,
-            logit_bias=k.logit_bias,
-            needs_prompt_ids=k.route == "engine" or k.repeats_prompt,
-            inputs=k.declared_inputs,
-            outputs=k.outputs,
-        )
+        info = k.capabilities()
         self._info = (k, info)
         return info
 
@@ -113,7 +108,7 @@ class TritonEngine:
             if self._engine_model in steps:
                 engine = await conn.model_config(self._engine_model)
                 if any(i.name == "stop" for i in engine.input):
-                    self._stop_model = self._engine_model
+                    self._cancel_model = self._engine_model
         return c.read_contract(config, self._route).with_decoupled(decoupled)
 
     async def ensure_ready(self) -> None:
@@ -278,13 +273,13 @@ class TritonEngine:
                 connection.end_stream(call)
             else:
                 call.cancel()
-                if self._stop_model is not None and started:
-                    self._send_stop(endpoint, request_id)
+                if self._cancel_model is not None and started:
+                    self._send_cancel(endpoint, request_id)
 
-    def _send_stop(self, endpoint: Endpoint, request_id: str) -> None:
+    def _send_cancel(self, endpoint: Endpoint, request_id: str) -> None:
         """Fire-and-forget: tell the engine to stop the request the ensemble no longer waits for."""
-        assert self._stop_model is not None
-        stop = stop_request(self._stop_model, request_id)
+        assert self._cancel_model is not None
+        stop = cancel_request(self._cancel_model, request_id)
 
         async def send() -> None:
             async def one() -> AsyncIterator[service_pb2.ModelInferRequest]:
@@ -308,3 +303,11 @@ class _Failover(Exception):
         super().__init__(reason)
         self.reason = reason
         self.error = error
+
+
+def adapter_for(pool: TritonPool, model: ServedModel) -> TritonAdapter:
+    """The Triton adapter for one served model on its route: the one place the app and `gateway
+    check` build it."""
+    if model.route == "engine":
+        return TritonAdapter(pool, model.engine_model, route="engine")
+    return TritonAdapter(pool, model.triton_model, route="ensemble", engine_model=model.engine_model)

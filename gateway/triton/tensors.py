@@ -169,10 +169,10 @@ def build_request(
         _strings(out, specs[c.GUIDE], [guide])
     stop_spec = specs.get(c.STOP_WORDS)
     if stop_spec is not None and not p.ignore_eos:
-        if contract.route == "engine" and request.stop_token_ids:
-            _stop_words_list(out, stop_spec, [[t] for t in request.stop_token_ids])
-        elif contract.route == "ensemble" and request.stop_token_strings:
-            _strings(out, stop_spec, request.stop_token_strings)
+        if contract.route == "engine" and request.end_token_ids:
+            _stop_words_list(out, stop_spec, [[t] for t in request.end_token_ids])
+        elif contract.route == "ensemble" and request.end_token_strings:
+            _strings(out, stop_spec, request.end_token_strings)
     for name in outputs:
         out.outputs.add().name = name
     return out
@@ -203,7 +203,7 @@ def requested_outputs(contract: c.Contract, *, num_sequences: int = 1, stream: b
     return [n for n in wanted if n in contract.outputs]
 
 
-def stop_request(model: str, request_id: str) -> service_pb2.ModelInferRequest:
+def cancel_request(model: str, request_id: str) -> service_pb2.ModelInferRequest:
     """A `stop` request for the engine model: stops the in-flight request with the same id.
 
     Triton does not pass a cancelled ensemble call on to the composing models, so the engine

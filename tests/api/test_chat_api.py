@@ -205,7 +205,7 @@ async def test_extra_end_token_stops_generation_with_stop(make_client: MakeClien
     assert choice["message"]["content"] == "before"
     assert choice["finish_reason"] == "stop"
     request = engine.requests[0]
-    assert request.stop_token_strings == ("<|eot|>",)
+    assert request.end_token_strings == ("<|eot|>",)
     assert engine.cancelled == [request.request_id]
 
 
@@ -353,3 +353,38 @@ async def test_a_chat_prompt_sent_before_it_is_tokenized_is_counted_the_same(
     ids = engine.tokenizer.encode(request.prompt_text)
     assert request.prompt_ids == (() if not needs_ids else tuple(ids))
     assert chunks_of(r.text)[-1]["usage"]["prompt_tokens"] == len(ids)
+
+
+async def test_chat_logprobs_give_each_tokens_exact_bytes_also_for_partial_characters(
+    make_client: MakeClient,
+) -> None:
+    reply = "🎉🎉 é ü"
+    client, engine = await make_client(reply=lambda req, i: reply)
+    tok = engine.tokenizer
+    ids = tok.encode(reply, add_special_tokens=False)
+    assert any(not _is_utf8(tok.token_raw_bytes(t)) for t in ids), "no partial character to test"
+    body = {"model": "tiny", "messages": USER, "logprobs": True, "top_logprobs": 5, "max_tokens": len(ids)}
+    out = (await client.post("/v1/chat/completions", json=body)).json()
+    validate("CreateChatCompletionResponse", out)
+    content = out["choices"][0]["logprobs"]["content"]
+    # The bytes put together are the reply, exactly; each token's are its own.
+    assert b"".join(bytes(e["bytes"]) for e in content) == reply.encode()
+    assert [bytes(e["bytes"]) for e in content] == [tok.token_raw_bytes(t) for t in ids]
+    for token_id, e in zip(ids, content, strict=True):
+        raw = bytes(e["bytes"])
+        expected = raw.decode() if _is_utf8(raw) else "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+        assert e["token"] == expected
+        # Every entry has the asked number of distinct alternatives, each with its own bytes (the
+        # scripted engine's alternatives are the chosen id and the ids after it).
+        assert len({alt["token"] for alt in e["top_logprobs"]}) == 5
+        assert [bytes(alt["bytes"]) for alt in e["top_logprobs"]] == [
+            tok.token_raw_bytes(token_id + k) for k in range(5)
+        ]
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -214,3 +214,40 @@ async def test_near_a_limit_the_exact_count_decides(make_client: MakeClient, tin
     assert r.status_code == 400, r.text
     assert f"the prompt has {count} tokens" in r.json()["error"]["message"]
     assert engine.requests == []
+
+
+async def test_logprobs_of_tokens_that_are_not_whole_characters_stay_distinct(
+    make_client: MakeClient,
+) -> None:
+    # In the tiny byte-level BPE, "🎉" and "é" end up split across tokens, and the scripted
+    # alternatives (the next ids) are partial characters too: as text they would all be "\ufffd".
+    reply = "🎉🎉 é ü"
+    client, engine = await make_client(reply=lambda req, i: reply)
+    tok = engine.tokenizer
+    ids = tok.encode(reply, add_special_tokens=False)
+    assert any(len({tok.token_text(t + k) for k in range(5)}) < 5 for t in ids), "no collision to test"
+    body = {"model": "tiny", "prompt": "Say:", "logprobs": 5, "max_tokens": len(ids)}
+    out = (await client.post("/v1/completions", json=body)).json()
+    validate("CreateCompletionResponse", out)
+    logprobs = out["choices"][0]["logprobs"]
+    assert out["choices"][0]["text"] == reply
+    assert len(logprobs["top_logprobs"]) == len(ids)
+    assert all(len(entry) == 5 for entry in logprobs["top_logprobs"])
+    for token_id, token in zip(ids, logprobs["tokens"], strict=True):
+        raw = tok.token_raw_bytes(token_id)
+        try:
+            assert token == raw.decode()
+        except UnicodeDecodeError:
+            # OpenAI's way of naming a token that is not whole characters.
+            assert token == "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+    # Offsets count the characters of the text so far: a partial character counts once complete.
+    done = b""
+    for token_id, offset in zip(ids, logprobs["text_offset"], strict=True):
+        assert offset == len(done.decode(errors="ignore"))
+        done += tok.token_raw_bytes(token_id)
+    r = await client.post("/v1/completions", json={**body, "stream": True})
+    streamed = []
+    for chunk in chunks_of(r.text):
+        if chunk["choices"] and chunk["choices"][0]["logprobs"]:
+            streamed += chunk["choices"][0]["logprobs"]["top_logprobs"]
+    assert streamed == logprobs["top_logprobs"]

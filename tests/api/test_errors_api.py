@@ -11,13 +11,14 @@ from tests.support.openai_schema import validate
 USER = [{"role": "user", "content": "hi"}]
 
 
-def assert_error(r, status: int, *, param: str | None = ..., code: str | None = ...) -> dict:  # type: ignore[assignment]
+def assert_error(r, status: int, *, param: str | None, code: str | None = ...) -> dict:  # type: ignore[assignment]
+    """An OpenAI error body with this status, naming `param` (every error case says which, None
+    included)."""
     assert r.status_code == status, r.text
     body = r.json()
     validate("ErrorResponse", body)
     assert set(body) == {"error"}
-    if param is not ...:
-        assert body["error"]["param"] == param
+    assert body["error"]["param"] == param
     if code is not ...:
         assert body["error"]["code"] == code
     assert "Traceback" not in r.text
@@ -61,9 +62,9 @@ async def test_malformed_json_is_400(make_client: MakeClient) -> None:
     )
     assert_error(r, 400, param=None)
     r = await client.post("/v1/chat/completions", content=b"", headers={"content-type": "application/json"})
-    assert_error(r, 400)
+    assert_error(r, 400, param=None)
     r = await client.post("/v1/completions", content=b"[1, 2]", headers={"content-type": "application/json"})
-    assert_error(r, 400)
+    assert_error(r, 400, param=None)
 
 
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
@@ -95,27 +96,43 @@ async def test_unknown_model_is_404_model_not_found(make_client: MakeClient) -> 
         code="model_not_found",
     )
     assert "gpt-9" in error["message"]
-    assert_error(await client.get("/v1/models/gpt-9"), 404, code="model_not_found")
+    assert_error(await client.get("/v1/models/gpt-9"), 404, param="model", code="model_not_found")
 
 
-async def test_over_long_prompt_is_context_length_exceeded(make_client: MakeClient) -> None:
+async def test_over_long_prompt_is_context_length_exceeded_naming_messages_or_prompt(
+    make_client: MakeClient,
+) -> None:
+    # OpenAI names the field that holds the prompt: `messages` for chat, whichever max-tokens
+    # field the request used.
     client, _ = await make_client()
     long = [{"role": "user", "content": "word " * 2000}]
+    for extra in ({}, {"max_tokens": 5}, {"max_completion_tokens": 5}):
+        assert_error(
+            await client.post("/v1/chat/completions", json={"model": "tiny", "messages": long, **extra}),
+            400,
+            param="messages",
+            code="context_length_exceeded",
+        )
+    for field in ("max_tokens", "max_completion_tokens"):
+        assert_error(
+            await client.post(
+                "/v1/chat/completions", json={"model": "tiny", "messages": USER, field: 100000}
+            ),
+            400,
+            param="messages",
+            code="context_length_exceeded",
+        )
+    for extra in ({}, {"max_tokens": 5}):
+        assert_error(
+            await client.post("/v1/completions", json={"model": "tiny", "prompt": "word " * 2000, **extra}),
+            400,
+            param="prompt",
+            code="context_length_exceeded",
+        )
     assert_error(
-        await client.post("/v1/chat/completions", json={"model": "tiny", "messages": long}),
+        await client.post("/v1/completions", json={"model": "tiny", "prompt": [5] * 5000}),
         400,
-        code="context_length_exceeded",
-    )
-    assert_error(
-        await client.post(
-            "/v1/chat/completions", json={"model": "tiny", "messages": USER, "max_tokens": 100000}
-        ),
-        400,
-        code="context_length_exceeded",
-    )
-    assert_error(
-        await client.post("/v1/completions", json={"model": "tiny", "prompt": "word " * 2000}),
-        400,
+        param="prompt",
         code="context_length_exceeded",
     )
 
@@ -182,7 +199,7 @@ async def test_engine_unavailable_is_503_before_the_stream_starts(make_client: M
         r = await client.post(
             "/v1/chat/completions", json={"model": "tiny", "messages": USER, "stream": stream}
         )
-        assert_error(r, 503, code="engine_unavailable")
+        assert_error(r, 503, param=None, code="engine_unavailable")
     r = await client.get("/health/ready")
     assert r.status_code == 503
     assert (await client.get("/health")).status_code == 200
@@ -190,13 +207,15 @@ async def test_engine_unavailable_is_503_before_the_stream_starts(make_client: M
 
 async def test_engine_unavailable_mid_request_is_503(make_client: MakeClient) -> None:
     client, _ = await make_client(fail_after=0, fail_with=EngineUnavailableError)
-    assert_error(await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER}), 503)
+    assert_error(
+        await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER}), 503, param=None
+    )
 
 
 async def test_unknown_route_and_wrong_method_are_openai_shaped(make_client: MakeClient) -> None:
     client, _ = await make_client()
-    assert_error(await client.get("/v1/nothing-here"), 404)
-    assert_error(await client.get("/v1/chat/completions"), 405)
+    assert_error(await client.get("/v1/nothing-here"), 404, param=None)
+    assert_error(await client.get("/v1/chat/completions"), 405, param=None)
 
 
 async def test_token_ids_outside_the_vocabulary_are_400(make_client: MakeClient) -> None:
@@ -225,11 +244,12 @@ async def test_a_lone_surrogate_in_the_json_is_a_400_not_a_500(make_client: Make
         else f'{{"model": "tiny", "messages": [{{"role": "user", "content": {text}}}]}}'
     )
     r = await client.post(path, content=body.encode(), headers={"content-type": "application/json"})
-    assert_error(r, 400)
+    # The JSON parser refuses it, before any field is read: no field to name.
+    assert_error(r, 400, param=None)
     assert engine.requests == []
 
 
 async def test_other_methods_on_the_generation_routes_are_405(make_client: MakeClient) -> None:
     client, _ = await make_client()
-    assert_error(await client.get("/v1/completions"), 405)
-    assert_error(await client.put("/v1/chat/completions", json={}), 405)
+    assert_error(await client.get("/v1/completions"), 405, param=None)
+    assert_error(await client.put("/v1/chat/completions", json={}), 405, param=None)

@@ -8,6 +8,7 @@ import json
 import pytest
 from prometheus_client import generate_latest
 
+from gateway.metrics import GatewayMetrics
 from tests.api.conftest import MakeClient
 from tests.api.test_errors_api import assert_error
 from tests.support.waiting import wait_until
@@ -29,7 +30,7 @@ async def test_wrong_or_missing_key_is_401_on_every_v1_route(
     client, engine = await make_client(settings={"api_keys": ["k-one", "k-two"]})
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "k-one"}):
         r = await client.request(method, path, json=body, headers=headers)
-        assert_error(r, 401, code="invalid_api_key")
+        assert_error(r, 401, param=None, code="invalid_api_key")
     assert engine.requests == []
     r = await client.request(method, path, json=body, headers={"Authorization": "Bearer k-two"})
     assert r.status_code != 401
@@ -41,14 +42,14 @@ async def test_health_stays_open_and_metrics_can_be_protected(make_client: MakeC
     client, _ = await make_client(settings={"api_key_file": key_file, "protect_metrics": True})
     assert (await client.get("/health")).status_code == 200
     assert (await client.get("/health/ready")).status_code == 200
-    assert_error(await client.get("/metrics"), 401)
+    assert_error(await client.get("/metrics"), 401, param=None)
     assert (await client.get("/metrics", headers={"Authorization": "Bearer file-key"})).status_code == 200
 
 
 async def test_oversize_body_is_413(make_client: MakeClient) -> None:
     client, engine = await make_client(settings={"max_body_bytes": 2048})
     big = {"model": "tiny", "messages": [{"role": "user", "content": "x" * 5000}]}
-    assert_error(await client.post("/v1/chat/completions", json=big), 413)
+    assert_error(await client.post("/v1/chat/completions", json=big), 413, param=None)
 
     async def chunked():
         yield json.dumps(big).encode()
@@ -56,7 +57,7 @@ async def test_oversize_body_is_413(make_client: MakeClient) -> None:
     r = await client.post(
         "/v1/chat/completions", content=chunked(), headers={"content-type": "application/json"}
     )
-    assert_error(r, 413)
+    assert_error(r, 413, param=None)
     assert engine.requests == []
 
 
@@ -65,14 +66,14 @@ async def test_overload_is_429_with_retry_after(make_client: MakeClient) -> None
     client, engine = await make_client(
         settings={"max_concurrent_requests": 1, "max_queued_requests": 1, "queue_timeout_s": 5}, gate=gate
     )
-    metrics = client._transport.app.state.metrics  # type: ignore[attr-defined]
+    metrics = client._transport.app.state.services.get(GatewayMetrics)  # type: ignore[attr-defined]
     body = {"model": "tiny", "messages": USER, "max_tokens": 3}
     first = asyncio.create_task(client.post("/v1/chat/completions", json=body))
     await wait_until(lambda: bool(engine.active))
     queued = asyncio.create_task(client.post("/v1/chat/completions", json=body))
     await wait_until(lambda: "gateway_requests_queued 1.0" in generate_latest(metrics.registry).decode())
     r = await client.post("/v1/chat/completions", json=body)
-    error = assert_error(r, 429, code="overloaded")
+    error = assert_error(r, 429, param=None, code="overloaded")
     assert error["type"] == "rate_limit_error"
     assert int(r.headers["retry-after"]) >= 1
     gate.set()
@@ -88,7 +89,7 @@ async def test_a_queued_request_times_out_with_429(make_client: MakeClient) -> N
     body = {"model": "tiny", "messages": USER, "max_tokens": 3}
     first = asyncio.create_task(client.post("/v1/chat/completions", json=body))
     await wait_until(lambda: bool(engine.active))
-    assert_error(await client.post("/v1/chat/completions", json=body), 429)
+    assert_error(await client.post("/v1/chat/completions", json=body), 429, param=None)
     gate.set()
     assert (await first).status_code == 200
 
@@ -101,7 +102,7 @@ async def test_deadline_is_504_and_cancels_the_engine_request(make_client: MakeC
         json={"model": "tiny", "messages": USER},
         headers={"X-Request-Timeout": "0.05"},
     )
-    assert_error(r, 504, code="timeout")
+    assert_error(r, 504, param=None, code="timeout")
     assert engine.cancelled == [engine.requests[0].request_id] and not engine.active
     r = await client.post(
         "/v1/chat/completions",
@@ -116,7 +117,7 @@ async def test_deadline_is_504_and_cancels_the_engine_request(make_client: MakeC
 
 async def test_server_deadline_applies_without_a_header(make_client: MakeClient) -> None:
     client, _ = await make_client(settings={"request_timeout_s": 0.05}, gate=asyncio.Event())
-    assert_error(await client.post("/v1/completions", json={"model": "tiny", "prompt": "x"}), 504)
+    assert_error(await client.post("/v1/completions", json={"model": "tiny", "prompt": "x"}), 504, param=None)
 
 
 async def test_bad_timeout_header_is_400(make_client: MakeClient) -> None:
@@ -152,3 +153,20 @@ async def test_prompt_and_max_tokens_limits(make_client: MakeClient) -> None:
     r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "a"})
     assert r.status_code == 200
     assert engine.requests[-1].params.max_tokens == 10
+    # Chat names its own fields: the prompt is `messages`, the limit whichever field was sent.
+    long = [{"role": "user", "content": "a b c d e f g h"}]
+    for extra in ({}, {"max_tokens": 3}, {"max_completion_tokens": 3}):
+        assert_error(
+            await client.post("/v1/chat/completions", json={"model": "tiny", "messages": long, **extra}),
+            400,
+            param="messages",
+        )
+    # (The chat template alone is over 5 tokens: a client without the prompt limit.)
+    client, _ = await make_client(settings={"max_tokens_limit": 10})
+    short = [{"role": "user", "content": "a"}]
+    for field in ("max_tokens", "max_completion_tokens"):
+        assert_error(
+            await client.post("/v1/chat/completions", json={"model": "tiny", "messages": short, field: 11}),
+            400,
+            param=field,
+        )

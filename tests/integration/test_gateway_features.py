@@ -141,6 +141,7 @@ def reference_logprobs(model_dir, prompt_ids: list[int], generated: list[int]) -
 def test_logprobs_equal_the_reference_models_log_softmax(
     sdk: openai.OpenAI, triton_stack: TritonStack, model: str
 ) -> None:
+    from gateway.apis.openai.logprobs import token_string
     from gateway.text.tokenizer import Tokenizer
 
     m = triton_stack.models["bpe_current"]
@@ -178,7 +179,9 @@ def test_logprobs_equal_the_reference_models_log_softmax(
         generated.append(max(range(len(rows[-1])), key=rows[-1].__getitem__))
     rows = reference_logprobs(m.tokenizer_dir, prompt_ids, generated)
     for pos, entry in enumerate(content):
-        assert entry.token == tok.token_text(generated[pos])
+        # Named as OpenAI does (`bytes:\xNN` for a partial character), with its exact bytes.
+        text, raw = token_string(tok, generated[pos])
+        assert entry.token == text and bytes(entry.bytes or []) == raw
         assert math.isclose(entry.logprob, rows[pos][generated[pos]], abs_tol=1e-4)
         tops = [t.logprob for t in entry.top_logprobs]
         assert len(tops) == 5 and tops == sorted(tops, reverse=True)

@@ -1,4 +1,4 @@
-"""Validate bodies against OpenAI's published OpenAPI schemas (../shared/openai-openapi.json).
+"""Validate bodies against OpenAI's published OpenAPI schemas (tests/data/openai-openapi.json).
 
 The document is OpenAPI 3.1 but still marks many optional nulls with 3.0's `nullable: true`,
 which JSON Schema ignores: each such schema is rewritten as anyOf [schema, null] first.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +15,13 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+# In the repository, so that a fresh clone's tests read nothing outside it (tests/data/README.md
+# names the upstream commit).
+SPEC_PATH = Path(__file__).resolve().parents[1] / "data" / "openai-openapi.json"
+
 
 def _spec_path() -> Path:
-    env = os.environ.get("OPENAI_OPENAPI_JSON")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    # The repository sits beside shared/ (../shared from the repo root).
-    for parent in here.parents:
-        candidate = parent.parent / "shared" / "openai-openapi.json"
-        if candidate.is_file():
-            return candidate
-    raise FileNotFoundError("openai-openapi.json not found: set OPENAI_OPENAPI_JSON")
+    return SPEC_PATH
 
 
 def _fix_nullable(node: Any) -> Any:

@@ -26,9 +26,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gateway.api.routing import Handler, JsonBodyRoute
 from gateway.apis.messages.protocol import ErrorResponse
 from gateway.errors import GatewayError, InvalidRequestError, PayloadTooLargeError, to_gateway_error
+from gateway.http.routing import Handler, JsonBodyRoute
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,8 @@ def error_body(error: GatewayError) -> dict[str, Any]:
 PATH_PREFIX: Final = "/v1/messages"
 
 
-def status_and_body(error: GatewayError) -> tuple[int, dict[str, Any]]:
+def error_shape(path: str, error: GatewayError) -> tuple[int, dict[str, Any]]:
+    """Anthropic's status and body, for the app's handlers and middleware on this API's paths."""
     return status_and_type(error)[0], error_body(error)
 
 
@@ -91,13 +92,6 @@ def error_response(error: GatewayError) -> JSONResponse:
 def error_event(error: GatewayError) -> bytes:
     """A failure after the stream started: Anthropic's `error` event (the stream then ends)."""
     return b"event: error\ndata: " + orjson.dumps(error_body(error)) + b"\n\n"
-
-
-def stream_failure(exc: Exception) -> GatewayError:
-    """What a stream that failed after it started reports, logged by severity."""
-    error = to_gateway_error(exc)
-    logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
-    return error
 
 
 def _location(loc: tuple[Any, ...]) -> str:

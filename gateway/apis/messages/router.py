@@ -7,7 +7,6 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from gateway.api.streaming import client_timeout, event_stream, until_disconnect
 from gateway.apis.messages.errors import ERROR_RESPONSES, AnthropicRoute
 from gateway.apis.messages.protocol import (
     Message,
@@ -17,13 +16,15 @@ from gateway.apis.messages.protocol import (
 )
 from gateway.apis.messages.serving import MessagesService
 from gateway.apis.messages.stream import ping_event
+from gateway.http.services import service
+from gateway.http.streaming import client_timeout, event_stream, until_disconnect
 
 router = APIRouter(responses=ERROR_RESPONSES, route_class=AnthropicRoute, tags=["messages"])
 
 
 @router.post("/v1/messages", response_model=Message)
 async def create_message(body: MessageCreateRequest, request: Request) -> Any:
-    messages: MessagesService = request.app.state.messages
+    messages = service(request, MessagesService)
     prepared = await messages.prepare(body, timeout_s=client_timeout(request))
     if body.stream:
         return await event_stream(request, messages.stream(prepared), ping=ping_event)
@@ -32,5 +33,5 @@ async def create_message(body: MessageCreateRequest, request: Request) -> Any:
 
 @router.post("/v1/messages/count_tokens", response_model=MessageTokensCount)
 async def count_message_tokens(body: MessageCountTokensRequest, request: Request) -> Any:
-    messages: MessagesService = request.app.state.messages
+    messages = service(request, MessagesService)
     return await messages.count_tokens(body)

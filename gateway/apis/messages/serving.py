@@ -19,17 +19,17 @@ from gateway.apis.messages.protocol import (
 )
 from gateway.apis.messages.stream import MessageAssembler, MessageStreamWriter, ReplyRouter, stop_reason
 from gateway.apis.messages.translate import ChatPrompt, to_chat
-from gateway.engine import SamplingParams
-from gateway.serving import params as p
-from gateway.serving.base import (
+from gateway.core import validation as v
+from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
     build_generation,
     events,
-    prompt_budget,
+    stream_failure,
 )
-from gateway.serving.registry import ModelRuntime
-from gateway.serving.structured import OutputPlan, plan_output
+from gateway.core.models import ModelRuntime
+from gateway.core.output import OutputPlan, plan_output
+from gateway.engine import SamplingParams
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 
@@ -46,7 +46,10 @@ def new_tool_use_id() -> str:
 class MessagesService(GenerationService):
     def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[str, OutputPlan]:
         plan = plan_output(
-            chat,  # type: ignore[arg-type]  # has the fields plan_output reads
+            tools=chat.tools,
+            tool_choice=chat.tool_choice,
+            parallel_tool_calls=chat.parallel_tool_calls,
+            response_format=chat.response_format,
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
         )
@@ -59,9 +62,9 @@ class MessagesService(GenerationService):
     async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedRequest:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        p.log_unknown_fields(body.model_extra)
+        v.log_unknown_fields(body.model_extra)
         chat = to_chat(body, max_tokens=body.max_tokens)
-        stops = p.stop_strings(body.stop_sequences, self._limits)
+        stops = v.stop_strings(body.stop_sequences, self._limits)
         prompt, plan = self._render(runtime, chat)
         ids, max_tokens = self._budget(runtime, prompt, body.max_tokens)
         message_id = new_message_id()
@@ -82,7 +85,7 @@ class MessagesService(GenerationService):
             prompt_text=prompt,
             prompt_ids=ids,
             params=params,
-            n=1,
+            num_sequences=1,
             stops=stops,
             first_index=0,
             guide=plan.guide,
@@ -91,7 +94,7 @@ class MessagesService(GenerationService):
             runtime,
             [generation],
             message_id,
-            timeout_s=p.request_deadline(self._limits, timeout_s),
+            timeout_s=v.request_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
         )
@@ -105,14 +108,23 @@ class MessagesService(GenerationService):
         if limits.max_tokens is not None:
             requested = min(requested, limits.max_tokens)
         if runtime.max_model_len is None:
-            return prompt_budget(runtime, prompt, requested=requested, param="max_tokens", limits=limits)
-        ids, room = prompt_budget(runtime, prompt, requested=None, param="max_tokens", limits=limits)
+            return v.prompt_budget(
+                runtime,
+                prompt,
+                requested=requested,
+                param="max_tokens",
+                prompt_param="messages",
+                limits=limits,
+            )
+        ids, room = v.prompt_budget(
+            runtime, prompt, requested=None, param="max_tokens", prompt_param="messages", limits=limits
+        )
         return ids, min(requested, room)
 
     async def count_tokens(self, body: MessageCountTokensRequest) -> MessageTokensCount:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        p.log_unknown_fields(body.model_extra)
+        v.log_unknown_fields(body.model_extra)
         prompt, _ = self._render(runtime, to_chat(body))
         ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
         return MessageTokensCount(input_tokens=len(ids))
@@ -160,4 +172,4 @@ class MessagesService(GenerationService):
                 reason, stop, input_tokens=prepared.prompt_tokens, output_tokens=prepared.completion_tokens
             )
         except Exception as exc:
-            yield errors.error_event(errors.stream_failure(exc))
+            yield errors.error_event(stream_failure(exc))

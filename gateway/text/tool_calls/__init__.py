@@ -1,6 +1,16 @@
 """Tool calling: finding calls in model output (whole or streamed) and checking `tools` /
 `tool_choice`, with the JSON schema that forces a call under guided decoding."""
 
+from gateway.text.tool_calls.base import (
+    ContentDelta,
+    ParsedOutput,
+    ToolCall,
+    ToolCallArguments,
+    ToolCallEvent,
+    ToolCallStart,
+    finish_reason,
+    new_tool_call_id,
+)
 from gateway.text.tool_calls.choice import (
     FunctionTool,
     ToolChoice,
@@ -9,23 +19,12 @@ from gateway.text.tool_calls.choice import (
     tool_call_json_schema,
     validate_tools,
 )
-from gateway.text.tool_calls.parsing import (
-    FORMATS,
-    ContentDelta,
-    ParsedOutput,
-    StreamingToolParser,
-    ToolCall,
-    ToolCallArguments,
-    ToolCallEvent,
-    ToolCallStart,
-    check_format,
-    finish_reason,
-    new_tool_call_id,
-    parse_tool_calls,
-)
+from gateway.text.tool_calls.parsing import StreamingToolParser, parse_tool_calls
+from gateway.text.tool_calls.registry import FORMATS, MODEL_FORMATS, check_format
 
 __all__ = [
     "FORMATS",
+    "MODEL_FORMATS",
     "ContentDelta",
     "FunctionTool",
     "ParsedOutput",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from gateway.errors import InvalidRequestError
-from gateway.text.tool_calls.parsing import check_format
+from gateway.text.tool_calls.registry import check_format
 
 # OpenAI's rule for function names.
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")

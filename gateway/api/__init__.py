@@ -1,1 +1,0 @@
-"""Thin routers, one per OpenAI resource: resolve services from app.state, call the serving layer."""

@@ -1,0 +1,233 @@
+"""/v1/chat/completions: messages through the chat template -> one prompt -> n choices, and the
+choices back as a chat.completion or a chunk stream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from gateway import tracing
+from gateway.apis.chat_completions.logprobs import chat_logprobs
+from gateway.apis.chat_completions.protocol import (
+    ChatCompletion,
+    ChatCompletionChoice,
+    ChatCompletionMessage,
+    ChatCompletionRequest,
+    ChatMessageIn,
+    TextContentPart,
+)
+from gateway.apis.chat_completions.stream import ChatChunkWriter
+from gateway.apis.openai.protocol import CompletionUsage
+from gateway.apis.openai.sse import DONE, error_event
+from gateway.core import validation as v
+from gateway.core.generation import (
+    GenerationService,
+    PreparedRequest,
+    build_generation,
+    events,
+    new_id,
+    stream_failure,
+)
+from gateway.core.output import plan_output
+from gateway.engine import TokenLogprob
+from gateway.errors import InvalidRequestError
+from gateway.text.tool_calls import (
+    ContentDelta,
+    StreamingToolParser,
+    ToolCallEvent,
+    finish_reason,
+    parse_tool_calls,
+)
+
+
+class ChatCompletionsService(GenerationService):
+    async def prepare(
+        self, body: ChatCompletionRequest, *, timeout_s: float | None = None
+    ) -> PreparedRequest:
+        runtime = self._registry.get(body.model)
+        await runtime.engine.ensure_ready()
+        v.log_unknown_fields(body.model_extra)
+        n = v.choose_n(body.n, self._limits)
+        stops = v.stop_strings(body.stop, self._limits)
+        plan = plan_output(
+            tools=body.tools,
+            tool_choice=body.tool_choice,
+            parallel_tool_calls=body.parallel_tool_calls,
+            response_format=body.response_format,
+            model_tool_format=runtime.config.tool_parser,
+            guided_decoding=runtime.engine.info.guided_decoding,
+        )
+        messages = [_template_message(m, i) for i, m in enumerate(body.messages)]
+        template_kwargs = dict(body.chat_template_kwargs or {})
+        if plan.template_tools is not None:
+            template_kwargs["tools"] = plan.template_tools
+        requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+        param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+        with tracing.span("tokenize", model=runtime.name):
+            prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
+            ids, max_tokens = v.prompt_budget(
+                runtime,
+                prompt,
+                requested=requested,
+                param=param,
+                prompt_param="messages",
+                limits=self._limits,
+            )
+        logprobs, bias = v.token_options(
+            runtime,
+            logprobs=bool(body.logprobs),
+            top_logprobs=body.top_logprobs,
+            top_param="top_logprobs",
+            logit_bias=body.logit_bias,
+        )
+        response_id = new_id("chatcmpl")
+        generation = build_generation(
+            runtime,
+            request_id=response_id,
+            prompt_text=prompt,
+            prompt_ids=ids,
+            params=v.sampling_params(body, max_tokens),
+            num_sequences=n,
+            stops=stops,
+            first_index=0,
+            guide=plan.guide,
+            logprobs=logprobs,
+            logit_bias=bias,
+        )
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return PreparedRequest(
+            runtime,
+            [generation],
+            response_id,
+            include_usage=include_usage,
+            timeout_s=v.request_deadline(self._limits, timeout_s),
+            tool_format=plan.tool_format,
+            tool_names=plan.tool_names,
+            logprobs=logprobs,
+        )
+
+    async def create(self, prepared: PreparedRequest) -> ChatCompletion:
+        texts = {c.index: "" for c in prepared.choices}
+        reasons: dict[int, str] = {}
+        entries: dict[int, list[TokenLogprob]] = {c.index: [] for c in prepared.choices}
+        async for event in events(prepared, self._metrics):
+            texts[event.index] += event.text
+            entries[event.index] += event.logprobs
+            if event.finish_reason is not None:
+                reasons[event.index] = event.finish_reason
+        tokenizer = prepared.runtime.tokenizer
+        prompt, completion = prepared.prompt_tokens, prepared.completion_tokens
+        choices = []
+        for i in sorted(texts):
+            message = ChatCompletionMessage(content=texts[i])
+            reason = reasons[i]
+            if prepared.tool_format != "none":
+                parsed = parse_tool_calls(texts[i], prepared.tool_format, tool_names=prepared.tool_names)
+                calls = [c.to_openai() for c in parsed.tool_calls]
+                message = ChatCompletionMessage(content=parsed.content, tool_calls=calls or None)
+                reason = finish_reason(reason, len(calls))
+            logprobs = chat_logprobs(tokenizer, entries[i]) if prepared.logprobs is not None else None
+            choices.append(
+                ChatCompletionChoice(index=i, message=message, finish_reason=reason, logprobs=logprobs)  # type: ignore[arg-type]
+            )
+        return ChatCompletion(
+            id=prepared.response_id,
+            created=prepared.created,
+            model=prepared.runtime.name,
+            choices=choices,
+            usage=CompletionUsage(
+                prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+            ),
+        )
+
+    async def stream(self, prepared: PreparedRequest) -> AsyncGenerator[bytes, None]:
+        writer = ChatChunkWriter(
+            prepared.response_id,
+            prepared.created,
+            prepared.runtime.name,
+            include_usage=prepared.include_usage,
+        )
+        parsers: dict[int, StreamingToolParser] = {}
+        if prepared.tool_format != "none":
+            parsers = {
+                c.index: StreamingToolParser(prepared.tool_format, tool_names=prepared.tool_names)
+                for c in prepared.choices
+            }
+        try:
+            for choice in prepared.choices:
+                yield writer.role(choice.index)
+            async for event in events(prepared, self._metrics):
+                parser = parsers.get(event.index)
+                if parser is None:
+                    if event.text or event.logprobs:
+                        logprobs = None
+                        if prepared.logprobs is not None:
+                            logprobs = chat_logprobs(prepared.runtime.tokenizer, event.logprobs)
+                        yield writer.content(event.index, event.text, logprobs)
+                    if event.finish_reason is not None:
+                        yield writer.finish(event.index, event.finish_reason)
+                    continue
+                tool_events = parser.feed(event.text) if event.text else []
+                if event.finish_reason is not None:
+                    tool_events += parser.finish()
+                for chunk in _tool_chunks(writer, event.index, tool_events):
+                    yield chunk
+                if event.finish_reason is not None:
+                    yield writer.finish(event.index, finish_reason(event.finish_reason, parser.tool_calls))
+            if prepared.include_usage:
+                yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens)
+        except Exception as exc:
+            yield error_event(stream_failure(exc))
+        yield DONE
+
+
+def _tool_chunks(writer: ChatChunkWriter, index: int, tool_events: list[ToolCallEvent]) -> list[bytes]:
+    out = []
+    for item in tool_events:
+        if isinstance(item, ContentDelta):
+            if item.text:
+                out.append(writer.content(index, item.text))
+        else:
+            out.append(writer.tool_calls(index, [item.to_openai()]))
+    return out
+
+
+def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role}
+    content = message.content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, TextContentPart):
+                raise InvalidRequestError(
+                    f"content parts of type `{part.type}` are not supported by this model",
+                    param=f"messages[{position}].content",
+                )
+            texts.append(part.text)
+        content = "".join(texts)
+    out["content"] = content if content is not None else ""
+    if message.name is not None:
+        out["name"] = message.name
+    if message.tool_calls:
+        # Chat templates index into the arguments (Hermes/Qwen write `arguments | tojson`), so
+        # they get the object OpenAI clients sent as a JSON string.
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
+            }
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw

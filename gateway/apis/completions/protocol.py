@@ -1,0 +1,33 @@
+"""/v1/completions wire models."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from gateway.apis.openai.protocol import CompletionUsage, GenerationFields
+
+
+class CompletionRequest(GenerationFields):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool | None = False
+    best_of: Annotated[int, Field(ge=1)] | None = None
+    suffix: str | None = None
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: dict[str, Any] | None = None
+    finish_reason: Literal["stop", "length", "content_filter"] | None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage | None = None

@@ -1,0 +1,24 @@
+"""GET /v1/models and /v1/models/{model}: the served models."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from gateway.apis.models.protocol import Model, ModelList
+from gateway.apis.openai.errors import ERROR_RESPONSES
+from gateway.core.models import ModelRegistry
+from gateway.http.services import service
+
+router = APIRouter(responses=ERROR_RESPONSES)
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def list_models(request: Request) -> ModelList:
+    registry = service(request, ModelRegistry)
+    return ModelList(data=[Model(id=m.name, created=m.created, owned_by="triton") for m in registry])
+
+
+@router.get("/v1/models/{model:path}", response_model=Model)
+async def retrieve_model(model: str, request: Request) -> Model:
+    runtime = service(request, ModelRegistry).get(model)
+    return Model(id=runtime.name, created=runtime.created, owned_by="triton")

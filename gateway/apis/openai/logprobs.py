@@ -1,0 +1,17 @@
+"""How the OpenAI APIs show a token in log probabilities: its text, or `bytes:\\xNN...` where the
+token is not whole UTF-8 characters (as OpenAI does), so distinct tokens stay distinct; and its
+exact bytes."""
+
+from __future__ import annotations
+
+from gateway.text.tokenizer import Tokenizer
+
+
+def token_string(tokenizer: Tokenizer, token_id: int) -> tuple[str, bytes]:
+    """(the token as logprobs name it, its exact bytes)."""
+    raw = tokenizer.token_raw_bytes(token_id)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw), raw
+    return tokenizer.token_text(token_id), raw

@@ -1,0 +1,180 @@
+"""The streaming state machine: engine deltas in, per-choice text and finish reasons out.
+
+Pure apart from iterating the engine: no HTTP, no Triton. Feeding the same tokens split in any
+way gives the same text, because decoding and stop matching both hold back what is not final.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.asyncutil import merge as merge
+from gateway.engine import Engine, GenerationDelta, GenerationRequest, TokenLogprob
+from gateway.text.detokenizer import TextDecoder, Utf8TextAssembler, ids_decoder
+from gateway.text.stop import StopStringMatcher
+from gateway.text.tokenizer import Tokenizer
+
+
+# Not frozen: one per streamed token (see GenerationDelta).
+@dataclass(slots=True)
+class ChoiceEvent:
+    index: int
+    text: str
+    finish_reason: str | None = None
+    # Log probabilities of the tokens behind this event's text (when asked for).
+    logprobs: tuple[TokenLogprob, ...] = ()
+
+
+class ChoiceState:
+    """One choice (one generated sequence): decoding, stop strings, token count, finish reason."""
+
+    __slots__ = (
+        "_decoder",
+        "_end_ids",
+        "_logprobs",
+        "_stop",
+        "completion_tokens",
+        "finish_reason",
+        "index",
+        "max_tokens",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        decoder: TextDecoder,
+        *,
+        stops: Sequence[str],
+        end_ids: frozenset[int],
+        max_tokens: int,
+    ) -> None:
+        self.index = index
+        self._decoder = decoder
+        self._stop = StopStringMatcher(stops)
+        self._end_ids = end_ids
+        self.max_tokens = max_tokens
+        self.completion_tokens = 0
+        self.finish_reason: str | None = None
+        self._logprobs: list[TokenLogprob] = []
+
+    def take_logprobs(self) -> tuple[TokenLogprob, ...]:
+        """Log probabilities gathered since the last event; text held back keeps them waiting."""
+        if not self._logprobs:
+            return ()
+        out, self._logprobs = tuple(self._logprobs), []
+        return out
+
+    @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended this choice, if one did."""
+        return self._stop.matched
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def feed(self, delta: GenerationDelta) -> str:
+        if self.finish_reason is not None:
+            return ""
+        ended = False
+        if delta.token_ids is not None:
+            ids = delta.token_ids
+            if self._end_ids:
+                for pos, token in enumerate(ids):
+                    if token in self._end_ids:
+                        # The end token counts as generated (as in vLLM) but is never text.
+                        ids, ended = ids[:pos], True
+                        self.completion_tokens += pos + 1
+                        break
+            if not ended:
+                self.completion_tokens += len(ids)
+            if delta.logprobs:
+                # End tokens are never text, so they get no entry either.
+                self._logprobs.extend(delta.logprobs[: len(ids)])
+            text = self._decoder.push_ids(ids)
+        else:
+            self.completion_tokens += delta.num_tokens
+            text = self._decoder.push_bytes(delta.text or b"")
+        out = self._stop.push(text)
+        if self._stop.stopped:
+            self.finish_reason = "stop"
+        elif ended:
+            out += self._drain()
+            self.finish_reason = "stop"
+        return out
+
+    def finish(self) -> str:
+        """The engine ended this sequence without a stop: release held text, decide the reason."""
+        if self.finish_reason is not None:
+            return ""
+        out = self._drain()
+        if self._stop.stopped:
+            self.finish_reason = "stop"
+        else:
+            self.finish_reason = "length" if self.completion_tokens >= self.max_tokens else "stop"
+        return out
+
+    def _drain(self) -> str:
+        out = self._stop.push(self._decoder.flush())
+        return out + self._stop.flush()
+
+
+def make_choices(
+    tokenizer: Tokenizer,
+    request: GenerationRequest,
+    *,
+    token_ids: bool,
+    first_index: int,
+    stops: Sequence[str],
+) -> list[ChoiceState]:
+    end_ids = frozenset(request.end_token_ids) if not request.params.ignore_eos else frozenset()
+    if request.end_id is not None and not request.params.ignore_eos:
+        end_ids |= {request.end_id}
+    factory: Callable[[], TextDecoder]
+    if token_ids:
+
+        def factory() -> TextDecoder:
+            return ids_decoder(tokenizer, request.prompt_ids)
+    else:
+        factory = Utf8TextAssembler
+    return [
+        ChoiceState(
+            first_index + i, factory(), stops=stops, end_ids=end_ids, max_tokens=request.params.max_tokens
+        )
+        for i in range(request.num_sequences)
+    ]
+
+
+@dataclass(slots=True)
+class GenerationTotals:
+    # None until known: the engine reports it, or the gateway counts it (base.Generation).
+    prompt_tokens: int | None
+    # Every choice finished (stop string, end id) before the engine did: its request was cancelled.
+    stopped_early: bool = False
+
+
+async def run_generation(
+    engine: Engine, request: GenerationRequest, choices: list[ChoiceState], totals: GenerationTotals
+) -> AsyncIterator[ChoiceEvent]:
+    """Drive one engine request. Stops (and so cancels the engine request) once every choice is
+    done, e.g. all hit a stop string."""
+    stream = engine.generate(request)
+    try:
+        async for delta in stream:
+            if delta.num_input_tokens is not None:
+                totals.prompt_tokens = delta.num_input_tokens
+            choice = choices[delta.index]
+            text = choice.feed(delta)
+            if text or choice.done:
+                yield ChoiceEvent(choice.index, text, choice.finish_reason, choice.take_logprobs())
+                if choice.done and all(c.done for c in choices):
+                    totals.stopped_early = True
+                    break
+    finally:
+        # Closing the engine's iterator is what cancels the Triton request.
+        await stream.aclose()  # type: ignore[attr-defined]
+    for choice in choices:
+        if not choice.done:
+            text = choice.finish()
+            yield ChoiceEvent(choice.index, text, choice.finish_reason, choice.take_logprobs())

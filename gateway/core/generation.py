@@ -1,0 +1,198 @@
+"""What every API's service shares: turning a validated prompt into engine requests and choice
+states, and running them (deadline, metrics, tracing, cancellation)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from gateway import tracing
+from gateway.asyncutil import until_deadline
+from gateway.core.choices import (
+    ChoiceEvent,
+    ChoiceState,
+    GenerationTotals,
+    make_choices,
+    merge,
+    run_generation,
+)
+from gateway.core.models import ModelRegistry, ModelRuntime
+from gateway.core.validation import RequestLimits
+from gateway.engine import GenerationRequest, SamplingParams
+from gateway.errors import (
+    DeadlineExceededError,
+    EngineError,
+    EngineUnavailableError,
+    GatewayError,
+    InvalidRequestError,
+    to_gateway_error,
+)
+from gateway.metrics import GatewayMetrics, RequestTimer
+from gateway.text.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Generation:
+    """One prompt's engine request and the choices it produces."""
+
+    request: GenerationRequest
+    choices: list[ChoiceState]
+    totals: GenerationTotals
+    # A prompt sent before it was tokenized (see prompt_budget): its text and whether special
+    # tokens are added (the model's setting), counted when first asked for, at the end.
+    uncounted: tuple[Tokenizer, str, bool] | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        if self.totals.prompt_tokens is None:
+            assert self.uncounted is not None, "a prompt is counted up front or later, never neither"
+            tokenizer, text, add_special = self.uncounted
+            self.totals.prompt_tokens = len(tokenizer.encode(text, add_special_tokens=add_special))
+        return self.totals.prompt_tokens
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    runtime: ModelRuntime
+    generations: list[Generation]
+    response_id: str
+    created: int = field(default_factory=lambda: int(time.time()))
+    include_usage: bool = False
+    # Seconds the generation may take (None: no deadline).
+    timeout_s: float | None = None
+    # Chat only: how to find tool calls in the reply ("none": plain content).
+    tool_format: str = "none"
+    tool_names: frozenset[str] = frozenset()
+    # None: no log probabilities; k: with k alternatives per token.
+    logprobs: int | None = None
+
+    @property
+    def choices(self) -> list[ChoiceState]:
+        return [c for g in self.generations for c in g.choices]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(g.prompt_tokens for g in self.generations)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.completion_tokens for c in self.choices)
+
+
+class GenerationService:
+    """What the completions and chat services share: where models, limits and metrics come from."""
+
+    def __init__(
+        self, registry: ModelRegistry, limits: RequestLimits, metrics: GatewayMetrics | None
+    ) -> None:
+        self._registry = registry
+        self._limits = limits
+        self._metrics = metrics
+
+
+def stream_failure(exc: Exception) -> GatewayError:
+    """What a stream that failed after it started reports (each API writes it as its own error
+    event), logged by severity."""
+    error = to_gateway_error(exc)
+    logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
+    return error
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def build_generation(
+    runtime: ModelRuntime,
+    *,
+    request_id: str,
+    prompt_text: str,
+    prompt_ids: Sequence[int] | None,
+    params: SamplingParams,
+    num_sequences: int,
+    stops: Sequence[str],
+    first_index: int,
+    guide: tuple[str, str] | None = None,
+    logprobs: int | None = None,
+    logit_bias: tuple[tuple[int, float], ...] = (),
+) -> Generation:
+    # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
+    if prompt_ids is not None and not prompt_ids:
+        raise InvalidRequestError("the prompt must not be empty", param="prompt")
+    info = runtime.tokenizer.info
+    request = GenerationRequest(
+        request_id=request_id,
+        prompt_text=prompt_text,
+        prompt_ids=() if prompt_ids is None else tuple(prompt_ids),
+        params=params,
+        num_sequences=num_sequences,
+        end_id=info.eos_token_id,
+        pad_id=info.pad_token_id,
+        end_token_ids=info.extra_end_ids,
+        end_token_strings=info.extra_end_tokens,
+        guide=guide,
+        logprobs=logprobs,
+        logit_bias=logit_bias,
+        vocab_size=runtime.vocab_size,
+    )
+    choices = make_choices(
+        runtime.tokenizer,
+        request,
+        token_ids=runtime.engine.info.exposes_token_ids,
+        first_index=first_index,
+        stops=stops,
+    )
+    if prompt_ids is None:
+        uncounted = (runtime.tokenizer, prompt_text, runtime.config.add_special_tokens)
+        return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted)
+    return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)))
+
+
+async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> AsyncIterator[ChoiceEvent]:
+    """All choice events of a prepared request, timed for the metrics."""
+    timer = RequestTimer(metrics, prepared.runtime.name)
+    span = tracing.start_span("generate", model=prepared.runtime.name, choices=len(prepared.choices))
+    engine = prepared.runtime.engine
+    streams = [run_generation(engine, g.request, g.choices, g.totals) for g in prepared.generations]
+    deadline = None
+    if prepared.timeout_s is not None:
+        deadline = asyncio.get_running_loop().time() + prepared.timeout_s
+    merged = merge(streams)
+    try:
+        async for event in until_deadline(merged, deadline):
+            if event.text:
+                timer.text()
+            yield event
+    except TimeoutError:
+        _count(metrics, cancelled="deadline", error="timeout")
+        raise DeadlineExceededError(
+            f"The request did not finish within its deadline of {prepared.timeout_s:g} s."
+        ) from None
+    except (EngineError, EngineUnavailableError) as exc:
+        _count(metrics, error=exc.code)
+        raise
+    except (asyncio.CancelledError, GeneratorExit):
+        # The client went away (or stopped reading): closing the streams cancels Triton.
+        _count(metrics, cancelled="client_disconnect")
+        raise
+    finally:
+        await merged.aclose()  # type: ignore[attr-defined]
+        span.end()
+    if any(g.totals.stopped_early for g in prepared.generations):
+        _count(metrics, cancelled="finished_early")
+    timer.done(prepared.prompt_tokens, prepared.completion_tokens)
+
+
+def _count(metrics: GatewayMetrics | None, *, cancelled: str | None = None, error: str | None = None) -> None:
+    if metrics is None:
+        return
+    if cancelled is not None:
+        metrics.cancellations.labels(cancelled).inc()
+    if error is not None:
+        metrics.triton_errors.labels(error).inc()

@@ -1,0 +1,122 @@
+"""Structured output and tool calls (checked with the rest of a request, see validation): which
+guide the engine gets, which tools the chat template sees, and how the reply is parsed. Pure; no
+I/O; API-neutral (each API passes its own tools, tool choice and response format)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import InvalidRequestError, UnsupportedParameterError
+from gateway.text.tool_calls import (
+    FunctionTool,
+    ToolChoice,
+    output_format,
+    resolve_tool_choice,
+    tool_call_json_schema,
+    validate_tools,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPlan:
+    guide: tuple[str, str] | None
+    # Tools as the chat template wants them (OpenAI's shape), or None to render none.
+    template_tools: list[dict[str, Any]] | None
+    # How to parse the reply for tool calls ("none": plain content).
+    tool_format: str
+    tool_names: frozenset[str]
+
+
+def plan_output(
+    *,
+    tools: object,
+    tool_choice: object,
+    parallel_tool_calls: bool | None,
+    response_format: dict[str, Any] | None,
+    model_tool_format: str,
+    guided_decoding: bool,
+) -> OutputPlan:
+    checked = validate_tools(tools)
+    choice = resolve_tool_choice(tool_choice, checked)
+    guide = _response_format_guide(response_format, guided_decoding)
+    if choice.mode == "none" or not checked:
+        return OutputPlan(guide, None, "none", frozenset())
+    forced = choice.mode in ("required", "function")
+    if model_tool_format == "none" and not (forced and guided_decoding):
+        raise UnsupportedParameterError(
+            "this model has no tool-call parser configured (set tool_parser for it), so it cannot return "
+            "tool calls" + ("" if guided_decoding else " and has no guided decoding to force one"),
+            param="tools",
+        )
+    if forced and guided_decoding:
+        if guide is not None:
+            raise InvalidRequestError(
+                "response_format cannot be combined with a required or named tool_choice",
+                param="response_format",
+            )
+        schema = tool_call_json_schema(
+            checked, choice, parallel_tool_calls, _schema_format(model_tool_format)
+        )
+        assert schema is not None  # required/named always have one
+        guide = ("json_schema", json.dumps(schema))
+    parse = output_format(
+        model_tool_format if model_tool_format != "none" else "json",
+        choice,
+        guided=forced and guided_decoding,
+    )
+    return OutputPlan(
+        guide,
+        [_template_tool(t) for t in _offered(checked, choice)],
+        parse,
+        frozenset(t.name for t in checked),
+    )
+
+
+def _schema_format(model_tool_format: str) -> str:
+    # The schema's argument key follows the model's own format; "json" when it has none.
+    return model_tool_format if model_tool_format != "none" else "json"
+
+
+def _offered(tools: tuple[FunctionTool, ...], choice: ToolChoice) -> tuple[FunctionTool, ...]:
+    if choice.mode == "function":
+        return tuple(t for t in tools if t.name == choice.name)
+    return tools
+
+
+def _template_tool(tool: FunctionTool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description is not None:
+        function["description"] = tool.description
+    function["parameters"] = (
+        dict(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
+    )
+    return {"type": "function", "function": function}
+
+
+def _response_format_guide(fmt: dict[str, Any] | None, guided_decoding: bool) -> tuple[str, str] | None:
+    if fmt is None:
+        return None
+    kind = fmt.get("type", "text")
+    if kind == "text":
+        return None
+    if kind not in ("json_object", "json_schema"):
+        raise InvalidRequestError(
+            f"response_format type {kind!r} is not supported", param="response_format.type"
+        )
+    if not guided_decoding:
+        raise UnsupportedParameterError(
+            "this model has no guided decoding, so response_format cannot be enforced",
+            param="response_format",
+        )
+    if kind == "json_object":
+        return ("json", "")
+    spec = fmt.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    if not isinstance(schema, dict):
+        raise InvalidRequestError(
+            "response_format.json_schema.schema must be a JSON schema object",
+            param="response_format.json_schema",
+        )
+    return ("json_schema", json.dumps(schema))

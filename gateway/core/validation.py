@@ -1,0 +1,271 @@
+"""Request validation and budgeting, in one place for every API: limits, stop strings, n, the
+prompt's token budget and max tokens, log probabilities, logit_bias, sampling parameters and the
+deadline. Everything here fails before anything is sent to the engine. API-neutral: each API passes
+its own fields (and the names its clients know them by, for error messages)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.engine import SamplingParams
+from gateway.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
+
+if TYPE_CHECKING:
+    from gateway.core.models import ModelRuntime
+
+logger = logging.getLogger(__name__)
+
+# Unknown body fields are accepted like OpenAI does; each name is logged once per process.
+_logged_unknown_fields: set[str] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    max_n: int
+    max_stop_strings: int
+    max_stop_string_length: int
+    max_prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    request_timeout_s: float | None = None
+
+
+def log_unknown_fields(extra: dict[str, Any] | None) -> None:
+    for name in extra or ():
+        if name not in _logged_unknown_fields:
+            _logged_unknown_fields.add(name)
+            logger.info("ignoring unknown request field %r (logged once)", name)
+
+
+def stop_strings(stop: str | list[str] | None, limits: RequestLimits) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if len(stops) > limits.max_stop_strings:
+        raise InvalidRequestError(
+            f"at most {limits.max_stop_strings} stop strings are allowed, got {len(stops)}", param="stop"
+        )
+    for s in stops:
+        if len(s) > limits.max_stop_string_length:
+            raise InvalidRequestError(
+                f"stop strings are limited to {limits.max_stop_string_length} characters", param="stop"
+            )
+    return tuple(s for s in stops if s)
+
+
+def choose_n(n: int | None, limits: RequestLimits) -> int:
+    n = 1 if n is None else n
+    if n > limits.max_n:
+        raise InvalidRequestError(f"n must be at most {limits.max_n}, got {n}", param="n")
+    return n
+
+
+def resolve_max_tokens(
+    requested: int | None,
+    prompt_tokens: int,
+    max_model_len: int | None,
+    *,
+    param: str,
+    prompt_param: str,
+    limits: RequestLimits,
+) -> int:
+    """The request's token budget. With none given, what is left of the context (capped by the
+    server's limit): never a silent 16. `param` names the max-tokens field the client used,
+    `prompt_param` the field that holds its prompt (`prompt`, `messages`): errors name them."""
+    if limits.max_prompt_tokens is not None and prompt_tokens > limits.max_prompt_tokens:
+        raise InvalidRequestError(
+            f"the prompt has {prompt_tokens} tokens; this server accepts at most {limits.max_prompt_tokens}",
+            param=prompt_param,
+        )
+    if requested is not None and limits.max_tokens is not None and requested > limits.max_tokens:
+        raise InvalidRequestError(f"{param} must be at most {limits.max_tokens}", param=param)
+    if max_model_len is None:
+        if requested is not None:
+            return requested
+        if limits.max_tokens is not None:
+            return limits.max_tokens
+        raise InvalidRequestError(
+            "this model's context length is unknown; set max_tokens or configure max_model_len", param=param
+        )
+    room = max_model_len - prompt_tokens
+    if room <= 0 or (requested is not None and requested > room):
+        asked = requested if requested is not None else 1
+        raise ContextLengthExceededError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the prompt, {asked} in the completion). "
+            "Please reduce the length of the prompt or completion.",
+            param=prompt_param,
+        )
+    if requested is not None:
+        return requested
+    return room if limits.max_tokens is None else min(room, limits.max_tokens)
+
+
+class SamplingFields(Protocol):
+    """The sampling fields a generation request carries (OpenAI's, plus TensorRT-LLM's knobs)."""
+
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def min_tokens(self) -> int | None: ...
+    @property
+    def presence_penalty(self) -> float | None: ...
+    @property
+    def frequency_penalty(self) -> float | None: ...
+    @property
+    def repetition_penalty(self) -> float | None: ...
+    @property
+    def length_penalty(self) -> float | None: ...
+    @property
+    def ignore_eos(self) -> bool | None: ...
+
+
+def sampling_params(request: SamplingFields, max_tokens: int) -> SamplingParams:
+    seed = request.seed
+    sampling = request.temperature is None or request.temperature > 0
+    if seed is None and sampling:
+        # TensorRT-LLM's default seed is 0: without a fresh one every request samples the same text.
+        seed = random.getrandbits(63)
+    if seed is not None and not 0 <= seed < 2**64:
+        raise InvalidRequestError("seed must be between 0 and 2**64 - 1", param="seed")
+    if request.min_tokens is not None and request.min_tokens > max_tokens:
+        raise InvalidRequestError("min_tokens must not exceed max_tokens", param="min_tokens")
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        seed=seed,
+        min_tokens=request.min_tokens,
+        presence_penalty=request.presence_penalty,
+        frequency_penalty=request.frequency_penalty,
+        repetition_penalty=request.repetition_penalty,
+        length_penalty=request.length_penalty,
+        ignore_eos=bool(request.ignore_eos),
+    )
+
+
+def logit_bias_pairs(
+    raw: dict[str, float] | None, vocab_size: int, *, supported: bool
+) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"token id": bias} checked: ids in the vocabulary, biases within [-100, 100]."""
+    if not raw:
+        return ()
+    if not supported:
+        raise UnsupportedParameterError(
+            "logit_bias needs the engine's embedding_bias input: serve this model with route=engine",
+            param="logit_bias",
+        )
+    out = []
+    for key, value in raw.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise InvalidRequestError(
+                f"logit_bias key {key!r} is not a token id", param="logit_bias"
+            ) from None
+        if not 0 <= token < vocab_size:
+            raise InvalidRequestError(
+                f"logit_bias token {token} is outside the vocabulary", param="logit_bias"
+            )
+        if not -100 <= value <= 100:
+            raise InvalidRequestError("logit_bias values must be between -100 and 100", param="logit_bias")
+        out.append((token, float(value)))
+    return tuple(out)
+
+
+def request_deadline(limits: RequestLimits, header_s: float | None) -> float | None:
+    """Seconds this request may run: the tighter of the server's and the client's deadline."""
+    options = [t for t in (limits.request_timeout_s, header_s) if t is not None and t > 0]
+    return min(options) if options else None
+
+
+def prompt_budget(
+    runtime: ModelRuntime,
+    text: str,
+    *,
+    requested: int | None,
+    param: str,
+    prompt_param: str,
+    limits: RequestLimits,
+) -> tuple[list[int] | None, int]:
+    """The prompt's token ids and the request's max_tokens, checked against every limit.
+
+    Encoding a prompt is a good part of the gateway's time before the engine request goes out.
+    When the engine does not need the ids and an upper bound on their count already proves every
+    limit holds and fixes max_tokens, the ids are None: the request goes out first and the prompt
+    is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
+    errors included."""
+    tokenizer = runtime.tokenizer
+    # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
+    # count must match what the engine sees.
+    add_special_tokens = runtime.config.add_special_tokens
+    if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
+        bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
+        if bound is not None:
+            try:
+                budget = resolve_max_tokens(
+                    requested,
+                    bound,
+                    runtime.max_model_len,
+                    param=param,
+                    prompt_param=prompt_param,
+                    limits=limits,
+                )
+            except InvalidRequestError:
+                pass  # Near a limit, or over it: the exact count decides, and names it.
+            else:
+                return None, budget
+    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    return ids, resolve_max_tokens(
+        requested, len(ids), runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
+    )
+
+
+def logprobs_requested(
+    *, enabled: bool, top: int | None, top_param: str, supported: bool, top_supported: bool
+) -> int | None:
+    """How many alternatives per token the request asks for (None: no log probabilities)."""
+    if not enabled:
+        if top:
+            raise InvalidRequestError(f"{top_param} requires logprobs to be true", param=top_param)
+        return None
+    if not supported:
+        raise UnsupportedParameterError(
+            "this model does not return log probabilities (it needs output_ids and return_log_probs)",
+            param="logprobs",
+        )
+    if top and not top_supported:
+        raise UnsupportedParameterError(
+            "this model cannot return top alternatives (it needs return_generation_logits)", param=top_param
+        )
+    return top or 0
+
+
+def token_options(
+    runtime: ModelRuntime,
+    *,
+    logprobs: bool,
+    top_logprobs: int | None,
+    top_param: str,
+    logit_bias: dict[str, float] | None,
+) -> tuple[int | None, tuple[tuple[int, float], ...]]:
+    """The per-token options the APIs offer, checked against what the engine can do:
+    (alternatives per token or None, logit bias pairs)."""
+    info = runtime.engine.info
+    alternatives = logprobs_requested(
+        enabled=logprobs,
+        top=top_logprobs,
+        top_param=top_param,
+        supported=info.logprobs,
+        top_supported=info.top_logprobs,
+    )
+    return alternatives, logit_bias_pairs(logit_bias, runtime.vocab_size, supported=info.logit_bias)

@@ -1,0 +1,267 @@
+"""ASGI middleware in front of the routers: API keys, body size, admission control, metrics.
+
+Pure ASGI (not BaseHTTPMiddleware) so streamed responses pass through untouched and the
+per-request cost stays a few function calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from fastapi import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway import tracing
+from gateway.errors import AuthenticationError, GatewayError, OverloadedError, PayloadTooLargeError
+from gateway.logs import ACCESS_LOGGER, RequestRecord, current_request
+from gateway.metrics import GatewayMetrics
+
+access_log = logging.getLogger(ACCESS_LOGGER)
+
+
+# The status and body an error leaves with on a path: each API has its own error shape (OpenAI's
+# on /v1/chat/completions, Anthropic's on /v1/messages); the app says which path is whose
+# (gateway.apis.error_shape).
+ErrorShape = Callable[[str, GatewayError], tuple[int, dict[str, Any]]]
+
+
+async def send_error(send: Send, error: GatewayError, path: str, error_shape: ErrorShape) -> None:
+    status, body = error_shape(path, error)
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": orjson.dumps(body)})
+
+
+class ApiKeyMiddleware:
+    """API keys on /v1 (and /metrics when asked), as `Authorization: Bearer KEY` or, as
+    Anthropic's clients send it, `x-api-key: KEY` (the same keys); health stays open for probes."""
+
+    def __init__(
+        self, app: ASGIApp, keys: list[str], *, protect_metrics: bool, error_shape: ErrorShape
+    ) -> None:
+        self.app = app
+        self._error_shape = error_shape
+        self._keys = [k.encode() for k in keys]
+        self._protect_metrics = protect_metrics
+
+    def _protected(self, path: str) -> bool:
+        return path.startswith("/v1") or (self._protect_metrics and path == "/metrics")
+
+    def _valid(self, given: bytes | None) -> bool:
+        if not given:
+            return False
+        # Compare against every key, always, so timing reveals neither which key nor how much matched.
+        ok = False
+        for key in self._keys:
+            ok |= hmac.compare_digest(given, key)
+        return ok
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._protected(scope["path"]):
+            given = None
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    given = value[7:].strip() if value.lower().startswith(b"bearer ") else b""
+                    break
+                if name == b"x-api-key":
+                    given = value.strip()
+                    break
+            if not self._valid(given):
+                message = (
+                    "You didn't provide an API key. Provide it in the Authorization header "
+                    "(Bearer YOUR_KEY) or the x-api-key header."
+                    if given is None
+                    else "Incorrect API key provided."
+                )
+                await send_error(send, AuthenticationError(message), scope["path"], self._error_shape)
+                return
+        await self.app(scope, receive, send)
+
+
+class BodySizeMiddleware:
+    """413 for bodies over the limit, by Content-Length or by counting a chunked body."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, *, error_shape: ErrorShape) -> None:
+        self.app = app
+        self._error_shape = error_shape
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_bytes
+        too_large = PayloadTooLargeError(f"Request body is larger than the limit of {limit} bytes.")
+        length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if length is not None and length.isdigit():
+            if int(length) > limit:
+                await send_error(send, too_large, scope["path"], self._error_shape)
+                return
+            # The HTTP server delivers no more than Content-Length bytes: nothing left to count,
+            # and streamed responses pass without an extra wrapper per chunk.
+            await self.app(scope, receive, send)
+            return
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # FastAPI re-raises HTTPException from body reading (others become a 400),
+                    # and the app's handler turns it into the OpenAI-shaped 413.
+                    raise HTTPException(413, too_large.message)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, tracking_send)
+        except HTTPException as exc:
+            # Raised outside a route's body parsing (nothing caught it): answer here.
+            if exc.status_code != 413 or started:
+                raise
+            await send_error(send, too_large, scope["path"], self._error_shape)
+
+
+class AdmissionMiddleware:
+    """Bounds concurrent generation requests per process and the queue in front of them.
+
+    A request waits for a slot while fewer than `max_queued` wait; beyond that, or after
+    `queue_timeout_s`, it gets a 429 with Retry-After. The slot is held until the response
+    (the whole stream) is done, so memory stays bounded however fast clients arrive.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        paths: frozenset[str],
+        error_shape: ErrorShape,
+        max_concurrent: int,
+        max_queued: int,
+        queue_timeout_s: float,
+        metrics: GatewayMetrics,
+    ) -> None:
+        self.app = app
+        # The generation routes' paths, taken from the app's routes (routing.generation_paths).
+        self._paths = paths
+        self._error_shape = error_shape
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._max_queued = max_queued
+        self._queued = 0
+        self._timeout = queue_timeout_s
+        self._metrics = metrics
+
+    def _overloaded(self) -> OverloadedError:
+        retry = max(1, math.ceil(min(self._timeout, 5.0)))
+        return OverloadedError(
+            "The server is overloaded; retry after a short wait.", headers={"Retry-After": str(retry)}
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self._paths:
+            await self.app(scope, receive, send)
+            return
+        if self._slots.locked():
+            if self._queued >= self._max_queued:
+                await send_error(send, self._overloaded(), scope["path"], self._error_shape)
+                return
+            self._queued += 1
+            self._metrics.queued.inc()
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            except TimeoutError:
+                await send_error(send, self._overloaded(), scope["path"], self._error_shape)
+                return
+            finally:
+                self._queued -= 1
+                self._metrics.queued.dec()
+        else:
+            await self._slots.acquire()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._slots.release()
+
+
+class ObservabilityMiddleware:
+    """Request ids (`X-Request-Id` in, or made, and out), the in-flight gauge, requests by route,
+    model and status, and one access line per request, streams included (the ASGI call lasts
+    until the last byte is sent). One send wrapper for all of it: every wrapper layer costs each
+    streamed token."""
+
+    SILENT = frozenset({"/health", "/health/ready", "/metrics"})
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        metrics: GatewayMetrics,
+        paths: frozenset[str],
+        access_log: bool,
+        tracing: bool = False,
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.paths = paths
+        self.access_log = access_log
+        self.tracing = tracing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = next((v for k, v in scope["headers"] if k == b"x-request-id"), None)
+        # Accept a client's id only if it is short and printable: it lands in logs and headers.
+        if given is not None and 0 < len(given) <= 128 and given.isascii() and given.decode().isprintable():
+            request_id = given.decode()
+        else:
+            request_id = uuid.uuid4().hex
+        record = RequestRecord(request_id, scope["method"], scope["path"])
+        token = current_request.set(record)
+        header = (b"x-request-id", request_id.encode())
+        record.status = 500
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                record.status = message["status"]
+                message["headers"] = [*message.get("headers", []), header]
+            await send(message)
+
+        m = self.metrics
+        m.in_flight.inc()
+        try:
+            if self.tracing:
+                with tracing.server_span(f"{scope['method']} {scope['path']}", scope["headers"]):
+                    await self.app(scope, receive, send_with_id)
+            else:
+                await self.app(scope, receive, send_with_id)
+        finally:
+            m.in_flight.dec()
+            current_request.reset(token)
+            route = scope.get("route")
+            # Requests refused before routing (401, 413, 429) still count under their path;
+            # unknown paths share one label so clients cannot grow the label set.
+            path = getattr(route, "path", None) or (
+                scope["path"] if scope["path"] in self.paths else "unmatched"
+            )
+            m.requests.labels(path, record.model or "none", str(record.status)).inc()
+            if self.access_log and scope["path"] not in self.SILENT:
+                access_log.info(
+                    "%s %s %s", record.method, record.path, record.status, extra={"fields": record.fields()}
+                )

@@ -1,0 +1,119 @@
+"""Response helpers every generation router uses: the SSE response, disconnect handling and the
+client's deadline header."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from fastapi import Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.asyncutil import Started, started
+from gateway.config import Settings
+from gateway.errors import InvalidRequestError
+from gateway.http.services import service
+
+T = TypeVar("T")
+
+TIMEOUT_HEADER = "x-request-timeout"
+
+
+def client_timeout(request: Request) -> float | None:
+    """The client's own deadline in seconds (`X-Request-Timeout`), if it sent a usable one."""
+    raw = request.headers.get(TIMEOUT_HEADER)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidRequestError(
+            f"{TIMEOUT_HEADER} must be a number of seconds", param=TIMEOUT_HEADER
+        ) from None
+    if not value > 0:
+        raise InvalidRequestError(f"{TIMEOUT_HEADER} must be positive", param=TIMEOUT_HEADER)
+    return value
+
+
+class _EventStream(EventSourceResponse):
+    """sse-starlette's response over finished SSE events, with two changes.
+
+    The first event (and so the Triton request) is started at once, so the engine works while the
+    response's own set-up runs; the response closes the started events however it ends, so a
+    client gone before the first byte still cancels Triton.
+
+    sse-starlette wraps every send in an anyio cancel scope, even with no send timeout; at one
+    event per token that scope is a measurable share of the gateway's CPU, so it is skipped when
+    no timeout is set (the pinned sse-starlette's `_send_with_timeout` contract)."""
+
+    def __init__(self, events: Started[bytes], **options: Any) -> None:
+        self._events = events
+        super().__init__(events, **options)
+
+    async def _send_with_timeout(self, send: Send, message: Message) -> None:
+        if self.send_timeout is None:
+            await send(message)
+        else:
+            await super()._send_with_timeout(send, message)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._events.aclose()
+
+
+async def event_stream(
+    request: Request,
+    events: AsyncGenerator[bytes, None],
+    *,
+    ping: Callable[[], ServerSentEvent] | None = None,
+) -> EventSourceResponse:
+    """Streams finished SSE events (each API's own frames); sse-starlette adds the keep-alive
+    pings (an SSE comment, or the API's own `ping` event), and when the client goes away it
+    cancels the task that iterates `events`, which closes the engine stream and so cancels the
+    Triton request."""
+    first = started(events)
+    # One turn of the event loop: the task started for the first event runs until it waits,
+    # which is after it has handed the Triton request to gRPC. The response's own set-up (making
+    # it here, sse-starlette's task group later) then overlaps with the engine's work instead of
+    # delaying the request.
+    await asyncio.sleep(0)
+    settings = service(request, Settings)
+    return _EventStream(
+        first,
+        sep="\n",
+        ping=settings.sse_ping_s,
+        ping_message_factory=ping,
+        # On SIGTERM open streams may finish for this long before they are cancelled
+        # (cancelling them cancels their Triton requests).
+        shutdown_grace_period=settings.shutdown_grace_s,
+    )
+
+
+async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Run a non-streaming generation, cancelling it (and its Triton request) if the client leaves."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if watcher.done():
+            # The client is gone; nobody reads this error, but the status is logged as 499-like.
+            raise InvalidRequestError("client disconnected") from None
+        raise
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher

@@ -1,1 +1,0 @@
-"""Pydantic wire models of the OpenAI API: requests, responses, stream chunks, errors. No I/O."""

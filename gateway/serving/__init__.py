@@ -1,1 +1,0 @@
-"""OpenAI <-> engine translation and the streaming state machines. Knows nothing of FastAPI or Triton."""

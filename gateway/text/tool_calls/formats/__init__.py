@@ -1,0 +1,1 @@
+"""One module per tool-call format, each defining `FORMAT`; `registry` lists them."""

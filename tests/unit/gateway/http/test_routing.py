@@ -1,0 +1,47 @@
+"""Admission is derived from the routes: every JsonBodyRoute (the generation routes) is admitted,
+other routes are not, with no list of paths to keep up to date."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI, Request
+from pydantic import BaseModel
+
+from gateway.apis import APIS
+from gateway.http.routing import JsonBodyRoute, generation_paths
+
+
+class _Body(BaseModel):
+    x: int
+
+
+def test_a_new_generation_route_is_admitted_without_naming_its_path() -> None:
+    app = FastAPI()
+    generation = APIRouter(route_class=JsonBodyRoute)
+
+    @generation.post("/v1/new/things")
+    async def create_thing(body: _Body, request: Request) -> _Body:
+        return body
+
+    other = APIRouter()
+
+    @other.get("/v1/new/things")
+    async def list_things() -> list[int]:
+        return []
+
+    app.include_router(generation)
+    app.include_router(other)
+    assert generation_paths(app.routes) == {"/v1/new/things"}
+
+
+def test_the_registered_apis_generation_routes_are_the_admitted_paths() -> None:
+    app = FastAPI()
+    for api in APIS:
+        app.include_router(api.router)
+    # count_tokens renders and tokenizes a whole conversation (agents send tens of kilobytes), so
+    # admission bounds it like the generation routes.
+    assert generation_paths(app.routes) == {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+    }

@@ -1,0 +1,56 @@
+"""`gateway check` and the start-up table report a model's capabilities from `Contract.capabilities`,
+the same value the adapter serves as its `info`; one factory builds a model's adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.check import report
+from gateway.config import ServedModel
+from gateway.text.tokenizer import Tokenizer
+from gateway.triton.engine import TritonAdapter, adapter_for
+from gateway.triton.pool import TritonPool
+from tests.unit.gateway.triton.test_translation import CURRENT, LEGACY, contract_of
+
+
+def test_the_report_shows_the_capabilities_the_contract_gives(tiny_bpe_dir: Path) -> None:
+    model = ServedModel(name="tiny", tokenizer=tiny_bpe_dir)
+    tokenizer = Tokenizer(tiny_bpe_dir)
+    current = contract_of(CURRENT).with_decoupled(True).capabilities()
+    row = report(model, current, None, tokenizer)
+    assert (row.status, row.variant, row.decoupled, row.token_ids, row.n) == (
+        "ready",
+        "current",
+        "yes",
+        "yes",
+        "num_return_sequences",
+    )
+    assert (row.guided, row.logprobs) == ("no", "no")
+    legacy = report(model, contract_of(LEGACY).capabilities(), None, tokenizer)
+    assert (legacy.variant, legacy.decoupled, legacy.token_ids, legacy.n) == ("legacy", "no", "no", "fan-out")
+    down = report(model, None, "no route to host", tokenizer)
+    assert down.status == "unavailable: no route to host" and down.variant == "-"
+
+
+async def test_one_factory_builds_each_models_adapter_on_its_route(tiny_bpe_dir: Path) -> None:
+    pool = TritonPool(["127.0.0.1:1"], timeout_s=0.1)
+    try:
+        ensemble = adapter_for(pool, ServedModel(name="a", tokenizer=tiny_bpe_dir, triton_model="ens"))
+        engine = adapter_for(pool, ServedModel(name="b", tokenizer=tiny_bpe_dir, route="engine"))
+        assert isinstance(ensemble, TritonAdapter) and isinstance(engine, TritonAdapter)
+        assert (ensemble._model, ensemble._route, ensemble._engine_model) == (
+            "ens",
+            "ensemble",
+            "tensorrt_llm",
+        )
+        assert (engine._model, engine._route) == ("tensorrt_llm", "engine")
+    finally:
+        await pool.close()
+
+
+def test_the_adapters_info_is_the_contracts_capabilities() -> None:
+    contract = contract_of(CURRENT)
+    adapter = TritonAdapter(None, "ensemble")  # type: ignore[arg-type]
+    adapter._contract = contract
+    assert adapter.info == contract.capabilities()
+    assert adapter.info is adapter.info  # made once per contract learned

@@ -1,0 +1,33 @@
+"""Tool-call formats: one file each under text/tool_calls/formats/, listed by the registry, which
+also gives the per-model setting its allowed values."""
+
+from __future__ import annotations
+
+import pkgutil
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.config import ServedModel
+from gateway.text.tool_calls import formats
+from gateway.text.tool_calls.registry import FORMATS, MODEL_FORMATS, get_format
+
+
+def test_every_format_file_is_registered_under_its_own_name() -> None:
+    files = {m.name for m in pkgutil.iter_modules(formats.__path__)}
+    assert files == {name for name in FORMATS if name != "none"}
+    for name in files:
+        fmt = get_format(name)
+        assert fmt is not None and fmt.name == name
+    assert get_format("none") is None
+
+
+def test_the_model_setting_accepts_the_registered_model_formats_only(tiny_bpe_dir: Path) -> None:
+    for name in MODEL_FORMATS:
+        assert ServedModel(name="m", tokenizer=tiny_bpe_dir, tool_parser=name).tool_parser == name
+    # "json" is what guided decoding makes a model write, not a model family's format.
+    for bad in ("json", "qwen_xml"):
+        with pytest.raises(ValidationError, match="tool_parser must be one of none, llama3_json"):
+            ServedModel(name="m", tokenizer=tiny_bpe_dir, tool_parser=bad)
+    assert "hermes" in ServedModel.model_fields["tool_parser"].description  # type: ignore[operator]
