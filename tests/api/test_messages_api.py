@@ -133,10 +133,13 @@ async def test_a_tool_result_round_trip_renders_the_call_and_its_result(make_cli
     assert r.json()["content"] == [{"type": "text", "text": "It is sunny."}]
 
 
-async def test_stop_sequences_end_with_stop_sequence_named(make_client: MakeClient) -> None:
-    client, _ = await make_client(reply=lambda req, i: "one two three four")
+async def test_stop_sequences_end_with_stop_sequence_named_and_cancel_the_engine(
+    make_client: MakeClient,
+) -> None:
+    client, engine = await make_client(reply=lambda req, i: "one two three four")
     whole = (await client.post("/v1/messages", json=body(stop_sequences=["three"]))).json()
     assert whole["stop_reason"] == "stop_sequence" and whole["stop_sequence"] == "three"
+    assert engine.cancelled == [engine.requests[0].request_id]
     assert whole["content"] == [{"type": "text", "text": "one two "}]
     r = await client.post("/v1/messages", json=body(stop_sequences=["three"], stream=True))
     events = events_of(r.text)
@@ -353,9 +356,13 @@ async def test_an_oversize_body_is_request_too_large(make_client: MakeClient) ->
     assert_error(r, 413, "request_too_large")
 
 
-async def test_a_deadline_is_timeout_error(make_client: MakeClient) -> None:
-    client, _ = await make_client(settings={"request_timeout_s": 0.05}, gate=asyncio.Event())
+async def test_a_deadline_is_timeout_error_and_cancels_the_engine(make_client: MakeClient) -> None:
+    client, engine = await make_client(settings={"request_timeout_s": 0.05}, gate=asyncio.Event())
     assert_error(await client.post("/v1/messages", json=body()), 504, "timeout_error")
+    await wait_until(lambda: engine.cancelled == [engine.requests[0].request_id])
+    r = await client.post("/v1/messages", json=body(stream=True))
+    assert events_of(r.text)[-1]["error"]["type"] == "timeout_error"
+    await wait_until(lambda: len(engine.cancelled) == 2)
 
 
 async def test_a_claude_code_shaped_request_streams_to_message_stop(make_client: MakeClient) -> None:
