@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Final
 
 from deploy.model_repo import ModelRepoError, parse_assignments, render_repository
-from deploy.tiny_model import build_tiny_model, default_cache_root
+from deploy.tiny_model import DEV_KIND, KINDS, build_tiny_model, default_cache_root
 
 logger = logging.getLogger(__name__)
 
@@ -369,7 +369,7 @@ def prepare_dev_repository(
     model_dir: Path | None = None,
     variant: str = "current",
     engine_mode: str = "model",
-    tokenizer_kind: str = "bpe",
+    tokenizer_kind: str = DEV_KIND,
     variables: Mapping[str, object] | None = None,
     cache_root: Path | None = None,
 ) -> DevRepository:
@@ -392,9 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--model-dir", type=Path, default=None, help="HF model dir (default: build the tiny model)"
     )
-    parser.add_argument(
-        "--tokenizer-kind", choices=("bpe", "metaspace"), default="bpe", help="tiny model kind"
-    )
+    parser.add_argument("--tokenizer-kind", choices=KINDS, default=DEV_KIND, help="tiny model kind")
     parser.add_argument("--variant", choices=("current", "legacy"), default="current")
     parser.add_argument("--engine-mode", choices=("model", "synthetic"), default="model")
     parser.add_argument("--grpc-port", type=int, default=None)

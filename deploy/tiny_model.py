@@ -4,6 +4,15 @@ Two tokenizer kinds cover the two detokenization families the gateway must get r
 ``bpe`` (byte-level BPE, GPT-2/Llama-3/Qwen style) and ``metaspace`` (SentencePiece-style
 "▁" word marks with byte fallback, Llama-2/Mistral style). Both are trained on a small built-in
 corpus with English, CJK and emoji, so some tokens are partial UTF-8 characters.
+
+The third, ``agent`` (what ``make run`` serves), takes the prompts agent clients send (tens of
+thousands of tokens: Codex CLI's ~21 KB of instructions, Claude Code's ~75 KB of JSON): a
+byte-level BPE trained to a larger vocabulary on a larger built-in corpus (`deploy.tiny_corpus`),
+so English and JSON take well under one token per byte, a 64k-token context (long rotary
+positions cost nothing at this size), the ``<think>`` / ``</think>`` tokens of a reasoning model
+(added but not special, like the tool-call tokens), the harmony markers of gpt-oss (special, as
+there), and a chat template that renders ``enable_thinking``, ``reasoning_effort`` and assistant
+messages' ``reasoning_content``.
 """
 
 from __future__ import annotations
@@ -17,13 +26,14 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-logger = logging.getLogger(__name__)
+from deploy.tiny_corpus import AGENT_CORPUS
 
-KINDS: Final = ("bpe", "metaspace")
+logger = logging.getLogger(__name__)
 
 SEED: Final = 20240611
 
@@ -36,8 +46,20 @@ UNK_TOKEN: Final = "<unk>"
 SPECIAL_TOKENS: Final = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, EOT_TOKEN, IM_START_TOKEN)
 # Added but not special: they survive skip_special_tokens, like real tool-call markers do.
 TOOL_CALL_TOKENS: Final = ("<tool_call>", "</tool_call>")
+THINK_TOKENS: Final = ("<think>", "</think>")
+# The harmony format's markers (gpt-oss), special as in its tokenizer: a test can steer the agent
+# model into writing harmony channels for the gpt_oss reasoning parser.
+HARMONY_TOKENS: Final = (
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|constrain|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+)
 
-VOCAB_SIZE: Final = {"bpe": 640, "metaspace": 700}
+VOCAB_SIZE: Final = {"bpe": 640, "metaspace": 700, "agent": 4096}
 # Keeps rare characters (most CJK, all emoji) out of the metaspace alphabet so they use byte fallback.
 METASPACE_ALPHABET_LIMIT: Final = 90
 
@@ -51,6 +73,13 @@ MODEL_PARAMS: Final[dict[str, Any]] = {
     "rms_norm_eps": 1e-5,
     # Larger than the usual 0.02 so logits are peaked enough that greedy ties are implausible.
     "initializer_range": 0.1,
+}
+# The agent model differs only in its context: rotary positions are computed, not stored, so a long
+# context costs attention time on long prompts and nothing else.
+AGENT_MODEL_PARAMS: Final[dict[str, Any]] = {
+    **MODEL_PARAMS,
+    "max_position_embeddings": 65536,
+    "rope_theta": 1_000_000.0,
 }
 
 # ChatML-like, written in the explicit-string style so that template layout never leaks whitespace.
@@ -101,6 +130,79 @@ CHAT_TEMPLATE: Final = """\
     {{- '<|im_start|>assistant\\n' }}
 {%- endif %}"""
 
+# The ChatML-like template above, plus what a reasoning model's template does (Qwen3's conventions):
+# `enable_thinking` true opens the think block in the prompt, false closes an empty one, unset
+# leaves it to the model; `reasoning_effort` is a line of the system turn; an assistant turn after
+# the last user turn (a tool-calling loop) carries its `reasoning_content` back in a think block.
+AGENT_CHAT_TEMPLATE: Final = """\
+{%- set ns = namespace(system=none, start=0, last_user=-1) %}
+{%- if messages and messages[0].role == 'system' %}
+    {%- set ns.system = messages[0].content %}
+    {%- set ns.start = 1 %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == 'user' %}
+        {%- set ns.last_user = loop.index0 %}
+    {%- endif %}
+{%- endfor %}
+{%- set effort = reasoning_effort if reasoning_effort is defined and reasoning_effort else none %}
+{%- if ns.system is not none or tools or effort is not none %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if ns.system is not none %}
+        {{- ns.system }}
+    {%- endif %}
+    {%- if effort is not none %}
+        {%- if ns.system is not none %}
+            {{- '\\n\\n' }}
+        {%- endif %}
+        {{- 'Reasoning: ' + effort }}
+    {%- endif %}
+    {%- if tools %}
+        {%- if ns.system is not none or effort is not none %}
+            {{- '\\n\\n' }}
+        {%- endif %}
+        {{- '# Tools\\nTo call a function reply with ' }}
+        {{- '<tool_call>{"name": <name>, "arguments": <object>}</tool_call>.' }}
+        {%- for tool in tools %}
+            {{- '\\n' + (tool | tojson) }}
+        {%- endfor %}
+    {%- endif %}
+    {{- '<|eot|>\\n' }}
+{%- endif %}
+{%- for message in messages[ns.start:] %}
+    {{- '<|im_start|>' + message.role + '\\n' }}
+    {%- if message.role == 'assistant' and loop.index0 + ns.start > ns.last_user %}
+        {%- set thought = message.reasoning_content if message.reasoning_content is string
+            else message.reasoning %}
+        {%- if thought is string and thought %}
+            {{- '<think>\\n' + thought + '\\n</think>\\n\\n' }}
+        {%- endif %}
+    {%- endif %}
+    {%- if message.content is string %}
+        {{- message.content }}
+    {%- elif message.content %}
+        {%- for part in message.content %}
+            {%- if part.type == 'text' %}
+                {{- part.text }}
+            {%- endif %}
+        {%- endfor %}
+    {%- endif %}
+    {%- if message.role == 'assistant' and message.tool_calls %}
+        {%- for call in message.tool_calls %}
+            {%- set args = call.function.arguments %}
+            {{- '<tool_call>{"name": ' + (call.function.name | tojson) + ', "arguments": ' }}
+            {{- (args if args is string else args | tojson) + '}</tool_call>' }}
+        {%- endfor %}
+    {%- endif %}
+    {{- '<|eot|>\\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is not none %}
+        {{- '<think>\\n' if enable_thinking else '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}"""
+
 CORPUS: Final = """\
 The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step.
 Hello, world! How are you today? I am fine, thank you. What would you like to talk about?
@@ -125,6 +227,41 @@ tabs\tand unicode like 日本 and 🚀 must survive byte by byte.
 """
 
 
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """What one kind is made of; all of it goes into the cache key."""
+
+    family: str  # "bpe" (byte-level) or "metaspace" (SentencePiece-style with byte fallback)
+    vocab_size: int
+    corpus: str
+    # Added but not special: they survive skip_special_tokens, like real tool-call and think markers.
+    added_tokens: tuple[str, ...]
+    # Special beyond the common ones (dropped by skip_special_tokens).
+    extra_special_tokens: tuple[str, ...]
+    chat_template: str
+    model: Mapping[str, Any]
+
+
+RECIPES: Final[dict[str, Recipe]] = {
+    "bpe": Recipe("bpe", VOCAB_SIZE["bpe"], CORPUS, TOOL_CALL_TOKENS, (), CHAT_TEMPLATE, MODEL_PARAMS),
+    "metaspace": Recipe(
+        "metaspace", VOCAB_SIZE["metaspace"], CORPUS, TOOL_CALL_TOKENS, (), CHAT_TEMPLATE, MODEL_PARAMS
+    ),
+    "agent": Recipe(
+        "bpe",
+        VOCAB_SIZE["agent"],
+        CORPUS + AGENT_CORPUS,
+        (*TOOL_CALL_TOKENS, *THINK_TOKENS),
+        HARMONY_TOKENS,
+        AGENT_CHAT_TEMPLATE,
+        AGENT_MODEL_PARAMS,
+    ),
+}
+KINDS: Final = tuple(RECIPES)
+# What `make run` (gateway dev) and `python -m deploy.devstack` serve.
+DEV_KIND: Final = "agent"
+
+
 def default_cache_root() -> Path:
     """Where built models live: ``$GATEWAY_CACHE_DIR`` or ``~/.cache/trtllm-gateway``."""
     env = os.environ.get("GATEWAY_CACHE_DIR")
@@ -136,34 +273,37 @@ def _recipe_key(kind: str) -> str:
     import torch
     import transformers
 
-    recipe = {
+    recipe = RECIPES[kind]
+    key = {
         # Any edit of this recipe (code included) gets a new directory instead of a stale cached model.
         "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
         "kind": kind,
+        "family": recipe.family,
         "seed": SEED,
-        "corpus": CORPUS,
-        "vocab_size": VOCAB_SIZE[kind],
+        "corpus": recipe.corpus,
+        "vocab_size": recipe.vocab_size,
         "alphabet_limit": METASPACE_ALPHABET_LIMIT,
         "special_tokens": SPECIAL_TOKENS,
-        "tool_call_tokens": TOOL_CALL_TOKENS,
-        "chat_template": CHAT_TEMPLATE,
-        "model": MODEL_PARAMS,
+        "added_tokens": recipe.added_tokens,
+        "extra_special_tokens": recipe.extra_special_tokens,
+        "chat_template": recipe.chat_template,
+        "model": dict(recipe.model),
         # Training and random init may change across library versions; a new version gets a new dir.
         "versions": [tokenizers.__version__, transformers.__version__, torch.__version__],
     }
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _train_tokenizer(kind: str):  # -> tokenizers.Tokenizer
+def _train_tokenizer(recipe: Recipe):  # -> tokenizers.Tokenizer
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    lines = CORPUS.splitlines(keepends=True)
-    if kind == "bpe":
+    lines = recipe.corpus.splitlines(keepends=True)
+    if recipe.family == "bpe":
         tokenizer = Tokenizer(models.BPE())
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         tokenizer.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
-            vocab_size=VOCAB_SIZE[kind],
+            vocab_size=recipe.vocab_size,
             special_tokens=list(SPECIAL_TOKENS),
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
@@ -175,7 +315,7 @@ def _train_tokenizer(kind: str):  # -> tokenizers.Tokenizer
             replacement="▁", prepend_scheme="first", split=True
         )
         trainer = trainers.BpeTrainer(
-            vocab_size=VOCAB_SIZE[kind] - 256,
+            vocab_size=recipe.vocab_size - 256,
             special_tokens=[UNK_TOKEN, *SPECIAL_TOKENS],
             limit_alphabet=METASPACE_ALPHABET_LIMIT,
             show_progress=False,
@@ -214,29 +354,29 @@ def _with_byte_fallback_tokens(tokenizer):  # (tokenizers.Tokenizer) -> tokenize
     return Tokenizer.from_str(json.dumps(data))
 
 
-def _save_tokenizer(kind: str, out: Path):  # -> PreTrainedTokenizerFast
+def _save_tokenizer(recipe: Recipe, out: Path):  # -> PreTrainedTokenizerFast
     from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
 
-    backend = _train_tokenizer(kind)
-    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_CALL_TOKENS])
+    backend = _train_tokenizer(recipe)
+    backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in recipe.added_tokens])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        unk_token=UNK_TOKEN if kind == "metaspace" else None,
-        additional_special_tokens=[EOT_TOKEN, IM_START_TOKEN],
-        chat_template=CHAT_TEMPLATE,
+        unk_token=UNK_TOKEN if recipe.family == "metaspace" else None,
+        additional_special_tokens=[EOT_TOKEN, IM_START_TOKEN, *recipe.extra_special_tokens],
+        chat_template=recipe.chat_template,
         clean_up_tokenization_spaces=False,
-        model_max_length=MODEL_PARAMS["max_position_embeddings"],
+        model_max_length=recipe.model["max_position_embeddings"],
     )
     # The chat template goes into tokenizer_config.json (not chat_template.jinja): gateways read it there.
     tokenizer.save_pretrained(out, save_jinja_files=False)
     return tokenizer
 
 
-def _save_model(tokenizer, out: Path) -> None:
+def _save_model(recipe: Recipe, tokenizer, out: Path) -> None:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -249,7 +389,7 @@ def _save_model(tokenizer, out: Path) -> None:
         pad_token_id=tokenizer.convert_tokens_to_ids(PAD_TOKEN),
         tie_word_embeddings=False,
         dtype="float32",
-        **MODEL_PARAMS,
+        **recipe.model,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
@@ -296,8 +436,8 @@ def build_tiny_model(kind: str = "bpe", *, cache_root: Path | None = None) -> Pa
         # mkdtemp makes the directory private; the model is mounted into containers by other users.
         tmp.chmod(0o755)
         with _quiet_progress_bars():
-            tokenizer = _save_tokenizer(kind, tmp)
-            _save_model(tokenizer, tmp)
+            tokenizer = _save_tokenizer(RECIPES[kind], tmp)
+            _save_model(RECIPES[kind], tokenizer, tmp)
         for file in tmp.iterdir():
             file.chmod(0o644)
         try:

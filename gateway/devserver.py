@@ -26,8 +26,9 @@ READY_TIMEOUT_S = 600
 
 
 def _tiny_model_dir() -> Path:
+    # The `agent` kind: a 64k-token context and a real vocabulary, so agent clients' prompts fit.
     out = subprocess.run(
-        [sys.executable, "-m", "deploy.tiny_model", "--kind", "bpe"],
+        [sys.executable, "-m", "deploy.tiny_model", "--kind", "agent"],
         check=True,
         capture_output=True,
         text=True,

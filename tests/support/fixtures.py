@@ -21,6 +21,14 @@ def tiny_metaspace_dir() -> Path:
     return build_tiny_model("metaspace")
 
 
+@pytest.fixture(scope="session")
+def tiny_agent_dir() -> Path:
+    """The model `make run` serves: long context, trained vocabulary, think tokens."""
+    from deploy.tiny_model import build_tiny_model
+
+    return build_tiny_model("agent")
+
+
 def build_tiny(kind: str) -> Path:
     from deploy.tiny_model import build_tiny_model
 

@@ -1,0 +1,1 @@
+"""One module per reasoning format, each defining `FORMAT`; `registry` lists them."""
