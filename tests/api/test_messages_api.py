@@ -401,3 +401,24 @@ async def test_a_claude_code_shaped_request_on_a_small_context_ends_with_max_tok
     assert engine.requests[0].params.max_tokens == 20
     assert message.stop_reason == "max_tokens"
     assert (message.usage.input_tokens, message.usage.output_tokens) == (prompt_tokens, 20)
+
+
+async def test_a_reasoning_model_answers_with_a_thinking_block(make_client: MakeClient) -> None:
+    client, _ = await make_client(
+        model={"reasoning_parser": "deepseek_r1"},
+        reply=lambda req, i: "<think>Let me see.</think>It is sunny.",
+    )
+    whole = (await client.post("/v1/messages", json=body(thinking={"type": "adaptive"}))).json()
+    assert whole["content"] == [
+        {"type": "thinking", "thinking": "Let me see.", "signature": ""},
+        {"type": "text", "text": "It is sunny."},
+    ]
+    r = await client.post("/v1/messages", json=body(thinking={"type": "adaptive"}, stream=True))
+    events = events_of(r.text)
+    assert next(e["delta"]["type"] for e in events if e["type"] == "content_block_delta") == "thinking_delta"
+    streamed = accumulate(events).model_dump()
+    assert streamed["content"] == SdkMessage.model_validate(whole).model_dump()["content"]
+    omitted = (
+        await client.post("/v1/messages", json=body(thinking={"type": "adaptive", "display": "omitted"}))
+    ).json()
+    assert omitted["content"] == [{"type": "text", "text": "It is sunny."}]

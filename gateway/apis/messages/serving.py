@@ -8,6 +8,7 @@ import secrets
 import string
 import uuid
 from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 
 from gateway import tracing
 from gateway.apis.messages import errors
@@ -30,6 +31,7 @@ from gateway.core.generation import (
 from gateway.core.models import ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
 from gateway.engine import SamplingParams
+from gateway.text.reasoning import get_format
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 
@@ -41,6 +43,15 @@ def new_message_id() -> str:
 def new_tool_use_id() -> str:
     """Shaped like Anthropic's: ``toolu_`` and 24 random letters and digits."""
     return "toolu_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedMessage:
+    """A Messages request ready to run: the core's prepared request and how to show thinking."""
+
+    prepared: PreparedRequest
+    # False when the client asked for thinking to be omitted (`thinking.display: "omitted"`).
+    show_thinking: bool = True
 
 
 class MessagesService(GenerationService):
@@ -59,7 +70,7 @@ class MessagesService(GenerationService):
         with tracing.span("tokenize", model=runtime.name):
             return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
 
-    async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedRequest:
+    async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedMessage:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
         v.log_unknown_fields(body.model_extra)
@@ -90,7 +101,7 @@ class MessagesService(GenerationService):
             first_index=0,
             guide=plan.guide,
         )
-        return PreparedRequest(
+        prepared = PreparedRequest(
             runtime,
             [generation],
             message_id,
@@ -98,6 +109,8 @@ class MessagesService(GenerationService):
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
         )
+        display = getattr(body.thinking, "display", None)
+        return PreparedMessage(prepared, show_thinking=display != "omitted")
 
     def _budget(self, runtime: ModelRuntime, prompt: str, requested: int) -> tuple[list[int] | None, int]:
         """The prompt's ids and max_tokens. Agents ask for more than a small context holds
@@ -129,14 +142,28 @@ class MessagesService(GenerationService):
         ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
         return MessageTokensCount(input_tokens=len(ids))
 
-    def _router(self, prepared: PreparedRequest, sink: MessageStreamWriter | MessageAssembler) -> ReplyRouter:
+    def _router(
+        self, prepared: PreparedRequest, sink: MessageStreamWriter | MessageAssembler, *, show_thinking: bool
+    ) -> ReplyRouter:
+        reasoning = None
+        fmt = get_format(prepared.runtime.config.reasoning_parser)
+        if fmt is not None:
+            # The template may have opened (or closed) the think block in the prompt.
+            prompt = prepared.generations[0].request.prompt_text
+            reasoning = fmt.parser(prompt=prompt, make_id=new_tool_use_id)
         return ReplyRouter(
-            sink, tool_format=prepared.tool_format, tool_names=prepared.tool_names, make_id=new_tool_use_id
+            sink,
+            tool_format=prepared.tool_format,
+            tool_names=prepared.tool_names,
+            make_id=new_tool_use_id,
+            reasoning=reasoning,
+            show_thinking=show_thinking,
         )
 
-    async def create(self, prepared: PreparedRequest) -> Message:
+    async def create(self, message: PreparedMessage) -> Message:
+        prepared = message.prepared
         assembler = MessageAssembler()
-        reply = self._router(prepared, assembler)
+        reply = self._router(prepared, assembler, show_thinking=message.show_thinking)
         finish = "stop"
         async for event in events(prepared, self._metrics):
             reply.text(event.text)
@@ -153,9 +180,10 @@ class MessagesService(GenerationService):
             output_tokens=prepared.completion_tokens,
         )
 
-    async def stream(self, prepared: PreparedRequest) -> AsyncGenerator[bytes, None]:
+    async def stream(self, message: PreparedMessage) -> AsyncGenerator[bytes, None]:
+        prepared = message.prepared
         writer = MessageStreamWriter(prepared.response_id, prepared.runtime.name)
-        reply = self._router(prepared, writer)
+        reply = self._router(prepared, writer, show_thinking=message.show_thinking)
         try:
             yield writer.start(prepared.prompt_tokens)
             finish = "stop"

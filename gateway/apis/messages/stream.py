@@ -30,6 +30,7 @@ from gateway.apis.messages.protocol import (
     ToolUseBlock,
     Usage,
 )
+from gateway.text.reasoning import ReasoningDelta, ReasoningParser
 from gateway.text.tool_calls import ContentDelta, StreamingToolParser, ToolCallArguments, ToolCallStart
 
 PING: Final = b'event: ping\ndata: {"type":"ping"}\n\n'
@@ -222,11 +223,13 @@ class MessageAssembler:
 
 
 class ReplyRouter:
-    """One reply's text (and reasoning) into content blocks: tool calls found by the model's
-    tool-call parser become `tool_use` blocks, the rest `text`; reasoning becomes `thinking`.
-    Whatever the sink returns (a writer's frames, an assembler's nothing) is handed back."""
+    """One reply's text into content blocks. The model's reasoning parser (when it has one) splits
+    off its thinking, which becomes `thinking` blocks (or nothing, when the client asked for
+    thinking to be omitted); the rest goes through the model's tool-call parser, whose calls become
+    `tool_use` blocks and the rest `text`. Whatever the sink returns (a writer's frames, an
+    assembler's nothing) is handed back."""
 
-    __slots__ = ("_parser", "_sink")
+    __slots__ = ("_parser", "_reasoning", "_show_thinking", "_sink")
 
     def __init__(
         self,
@@ -235,6 +238,8 @@ class ReplyRouter:
         tool_format: str,
         tool_names: Collection[str],
         make_id: Callable[[], str],
+        reasoning: ReasoningParser | None = None,
+        show_thinking: bool = True,
     ) -> None:
         self._sink = sink
         self._parser = (
@@ -242,22 +247,47 @@ class ReplyRouter:
             if tool_format != "none"
             else None
         )
+        self._reasoning = reasoning
+        self._show_thinking = show_thinking
 
     @property
     def tool_calls(self) -> int:
-        return self._parser.tool_calls if self._parser is not None else 0
+        calls = self._parser.tool_calls if self._parser is not None else 0
+        return calls + (self._reasoning.tool_calls if self._reasoning is not None else 0)
 
     def thinking(self, text: str) -> bytes:
-        return self._sink.thinking(text)
+        return self._sink.thinking(text) if self._show_thinking else b""
 
     def text(self, text: str) -> bytes:
-        if self._parser is None:
-            return self._sink.text(text)
-        return self._route(self._parser.feed(text)) if text else b""
+        if not text:
+            return b""
+        if self._reasoning is not None:
+            return self._split(self._reasoning.feed(text))
+        return self._answer(text)
 
     def finish(self) -> bytes:
-        """The reply is complete: whatever the tool-call parser still held back."""
-        return self._route(self._parser.finish()) if self._parser is not None else b""
+        """The reply is complete: whatever the parsers still held back."""
+        out = self._split(self._reasoning.finish()) if self._reasoning is not None else b""
+        return out + (self._route(self._parser.finish()) if self._parser is not None else b"")
+
+    def _answer(self, text: str) -> bytes:
+        if self._parser is None:
+            return self._sink.text(text)
+        return self._route(self._parser.feed(text))
+
+    def _split(
+        self, events: list[ReasoningDelta | ContentDelta | ToolCallStart | ToolCallArguments]
+    ) -> bytes:
+        out = b""
+        for event in events:
+            if isinstance(event, ReasoningDelta):
+                out += self.thinking(event.text)
+            elif isinstance(event, ContentDelta):
+                out += self._answer(event.text)
+            else:
+                # gpt_oss: the reasoning parser finds the model's calls itself.
+                out += self._route([event])
+        return out
 
     def _route(self, events: list[ContentDelta | ToolCallStart | ToolCallArguments]) -> bytes:
         out = b""

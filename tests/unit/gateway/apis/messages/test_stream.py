@@ -266,3 +266,62 @@ def test_a_valid_tool_call_streamed_in_any_split_accumulates_to_the_same_message
         assert message == whole
         assert accumulate(stream) == whole
     assert accumulate(whole_stream) == whole
+
+
+def run_reasoning(
+    text_pieces: list[str], fmt: str, *, prompt: str = "", show: bool = True
+) -> tuple[bytes, SdkMessage]:
+    from gateway.text.reasoning import get_format
+
+    writer = MessageStreamWriter("msg_1", "tiny")
+    assembler = MessageAssembler()
+    routers = [
+        ReplyRouter(
+            sink,
+            tool_format="hermes",
+            tool_names={"get_weather"},
+            make_id=ids(),
+            reasoning=get_format(fmt).parser(prompt=prompt),
+            show_thinking=show,
+        )
+        for sink in (writer, assembler)
+    ]
+    out = writer.start(3)
+    for piece in text_pieces:
+        out += routers[0].text(piece)
+        routers[1].text(piece)
+    out += routers[0].finish()
+    routers[1].finish()
+    reason = stop_reason("stop", tool_calls=routers[0].tool_calls, stop_sequence=None)
+    out += writer.finish(reason, None, input_tokens=3, output_tokens=9)
+    message = assembler.message("msg_1", "tiny", reason, None, input_tokens=3, output_tokens=9)
+    return out, SdkMessage.model_validate(message.model_dump())
+
+
+def test_a_reasoning_model_s_thinking_is_a_thinking_block_before_the_answer_and_its_call() -> None:
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    reply = "<think>Weather needs a tool.</think>Checking." + call
+    for cut in (1, 9, 20, 40, len(reply) - 3):
+        stream, message = run_reasoning([reply[:cut], reply[cut:]], "deepseek_r1")
+        assert [b.type for b in message.content] == ["thinking", "text", "tool_use"]
+        assert message.content[0].thinking == "Weather needs a tool."  # type: ignore[union-attr]
+        assert message.content[1].text == "Checking."  # type: ignore[union-attr]
+        assert message.stop_reason == "tool_use"
+        assert accumulate(stream) == message
+
+
+def test_a_think_block_opened_by_the_template_is_thinking_from_the_first_token() -> None:
+    stream, message = run_reasoning(
+        ["still thinking", "</think>", "Done."], "qwen3", prompt="<|im_start|>assistant\n<think>\n"
+    )
+    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in message.content] == [
+        ("thinking", "still thinking"),
+        ("text", "Done."),
+    ]
+    assert accumulate(stream) == message
+
+
+def test_omitted_thinking_leaves_only_the_answer() -> None:
+    stream, message = run_reasoning(["<think>secret</think>", "Answer."], "deepseek_r1", show=False)
+    assert [b.type for b in message.content] == ["text"]
+    assert b"secret" not in stream
