@@ -148,6 +148,22 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         default="",
         pattern=r"^[A-Za-z0-9_-]*$",
     ),
+    *(
+        Variable(
+            f"{step}_model",
+            "str",
+            f"Model the ensemble calls as its {step} step; empty: this repository's own "
+            f"(name_prefix + '{default}'). With render_repository(models=...) an ensemble can "
+            "compose models of another repository served by the same Triton.",
+            default="",
+            pattern=r"^[A-Za-z0-9_-]*$",
+        )
+        for step, default in (
+            ("preprocessing", "preprocessing"),
+            ("engine", "tensorrt_llm"),
+            ("postprocessing", "postprocessing"),
+        )
+    ),
     Variable("max_batch_size", "int", "Triton max_batch_size of all four models.", default=64, minimum=1),
     Variable(
         "decoupled",
@@ -189,6 +205,14 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         "bool",
         "Postprocessing: drop special tokens from text_output.",
         default=True,
+    ),
+    Variable(
+        "stock_postprocessing",
+        "bool",
+        "Postprocessing as upstream's: each response's tokens decoded alone with tokenizer.decode "
+        "(skip_special_tokens), so a streamed text loses SentencePiece spaces and splits characters "
+        "into U+FFFD; false (ours): text_output holds each token's exact bytes.",
+        default=False,
     ),
     Variable(
         "exclude_input_in_output",
@@ -406,6 +430,13 @@ def resolve_variables(backend: str, variant: str, variables: Mapping[str, object
             values[var.name] = var.default_for(backend)
     for var in deferred:
         values[var.name] = values[var.default_from] if var.default_from else var.default
+    for step, model in (
+        ("preprocessing", "preprocessing"),
+        ("engine", "tensorrt_llm"),
+        ("postprocessing", "postprocessing"),
+    ):
+        if not values[f"{step}_model"]:
+            values[f"{step}_model"] = f"{values['name_prefix']}{model}"
     return values
 
 
@@ -498,12 +529,21 @@ def load_model_configs(repo_dir: Path) -> dict[str, model_config_pb2.ModelConfig
     return configs
 
 
-def validate_repository(repo_dir: Path) -> dict[str, model_config_pb2.ModelConfig]:
-    """Parse every config.pbtxt and check names, Python model files and ensemble wiring."""
+def validate_repository(
+    repo_dir: Path, *, composed: Sequence[Path] = ()
+) -> dict[str, model_config_pb2.ModelConfig]:
+    """Parse every config.pbtxt and check names, Python model files and ensemble wiring.
+
+    `composed`: other repositories (served by the same Triton) whose models an ensemble here may call.
+    """
     repo_dir = Path(repo_dir)
     configs = load_model_configs(repo_dir)
     if not configs:
         raise ModelConfigValidationError(str(repo_dir), "no */config.pbtxt found")
+    available = dict(configs)
+    for other in composed:
+        for name, config in load_model_configs(Path(other)).items():
+            available.setdefault(name, config)
     for name, config in configs.items():
         source = f"{name}/config.pbtxt"
         if config.name and config.name != name:
@@ -513,7 +553,7 @@ def validate_repository(repo_dir: Path) -> dict[str, model_config_pb2.ModelConfi
         if config.backend == "python" and not (repo_dir / name / "1" / "model.py").is_file():
             raise ModelConfigValidationError(source, "python backend but no 1/model.py")
         if config.platform == "ensemble":
-            _validate_ensemble(name, config, configs)
+            _validate_ensemble(name, config, available)
     return configs
 
 
@@ -610,6 +650,8 @@ def render_repository(
     variables: Mapping[str, object],
     overwrite: bool = False,
     templates_dir: Path | None = None,
+    models: Sequence[str] = MODELS,
+    composed: Sequence[Path] = (),
 ) -> Path:
     """Render the four models into ``out_dir`` (created; replaced only with ``overwrite``) and return it.
 
@@ -625,7 +667,10 @@ def render_repository(
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.render-", dir=out_dir.parent))
     try:
         prefix = str(values["name_prefix"])
-        for model in MODELS:
+        unknown = set(models) - set(MODELS)
+        if unknown or not models:
+            raise ModelRepoError(f"models must be some of {', '.join(MODELS)}, got {list(models)}")
+        for model in models:
             src = templates / model
             dst = staging / f"{prefix}{model}"
             template_file = src / "config.pbtxt"
@@ -635,7 +680,7 @@ def render_repository(
             # The C++ tensorrtllm backend needs only config.pbtxt and an (empty) version directory.
             _copy_model_files(src, dst, include_code=not (model == "tensorrt_llm" and backend != "cpu"))
             (dst / "config.pbtxt").write_text(text)
-        validate_repository(staging)
+        validate_repository(staging, composed=composed)
         staging.chmod(0o755)
         if out_dir.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))

@@ -8,7 +8,7 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -31,6 +31,7 @@ from gateway.http.middleware import (
 )
 from gateway.http.routing import DirectRoutes, generation_paths
 from gateway.http.services import Services
+from gateway.logs import Repeating
 from gateway.metrics import GatewayMetrics
 from gateway.text.tokenizer import Tokenizer
 
@@ -44,13 +45,22 @@ async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
     log what each model supports, the same table `gateway check` prints."""
     delay = 0.5
     pending = list(runtimes)
+    repeats = {r.name: Repeating() for r in runtimes}
     while pending:
         still = []
         for runtime in pending:
             try:
                 await runtime.engine.ensure_ready()
             except GatewayError as exc:
-                logger.warning("waiting for Triton: %s", exc.message)
+                repeat = repeats[runtime.name]
+                if repeat.should_log(exc.message):
+                    again = repeat.take_suppressed()
+                    logger.warning(
+                        "model %s: waiting for Triton: %s%s",
+                        runtime.name,
+                        exc.message,
+                        f" (again {again} times since the last report)" if again else "",
+                    )
                 still.append(runtime)
         pending = still
         if pending:
@@ -88,8 +98,16 @@ class TritonEngines:
         await self.pool.close()
 
 
-def create_app(settings: Settings, *, engine_factory: EngineFactory | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    engine_factory: EngineFactory | None = None,
+    tokenizers: Mapping[str, Tokenizer] | None = None,
+) -> FastAPI:
+    """`tokenizers`: already loaded (the CLI loads them before it binds the port, to refuse a bad
+    directory with one line); the others are loaded by the lifespan."""
     metrics = GatewayMetrics()
+    loaded = dict(tokenizers or {})
     triton = TritonEngines(settings, metrics) if engine_factory is None else None
     factory: EngineFactory = engine_factory or triton  # type: ignore[assignment]
 
@@ -97,7 +115,9 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtimes = []
         for model in settings.models:
-            tokenizer = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
+            tokenizer = loaded.pop(model.name, None) or Tokenizer(
+                model.tokenizer, chat_template_file=model.chat_template
+            )
             runtimes.append(ModelRuntime(model, tokenizer, factory(model), int(time.time())))
         registry = ModelRegistry(runtimes)
         limits = RequestLimits(
@@ -107,6 +127,7 @@ def create_app(settings: Settings, *, engine_factory: EngineFactory | None = Non
             max_prompt_tokens=settings.max_prompt_tokens,
             max_tokens=settings.max_tokens_limit,
             request_timeout_s=settings.request_timeout_s,
+            reject_unknown_fields=settings.reject_unknown_fields,
         )
         services.add(registry)
         services.add(Readiness(registry, settings.readiness_cache_s))

@@ -14,6 +14,7 @@ from gateway.config import ServedModel, Settings
 from gateway.engine import EngineInfo
 from gateway.errors import GatewayError
 from gateway.text.tokenizer import Tokenizer
+from gateway.triton.contract import GUIDE_TYPE
 from gateway.triton.engine import adapter_for
 from gateway.triton.pool import TritonPool
 
@@ -32,17 +33,29 @@ class ModelReport:
     logprobs: str = "-"
     tokenizer: str = "-"
     context: str = "-"
+    # Why this route (auto: found from the ensemble's steps, or configured).
+    reason: str = "-"
+    # Whether a streamed request's text is the exact text (non-streamed text always is).
+    streamed_text: str = "-"
+    usage: str = "-"
 
 
 def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _guided(k: EngineInfo) -> str:
+    if k.guided_decoding:
+        return f"yes ({k.guided_backend})"
+    if GUIDE_TYPE in k.inputs:
+        return "no (guided_decoding_backend not set up)"
+    return "no"
+
+
 def report(
     model: ServedModel, info: EngineInfo | None, error: str | None, tokenizer: Tokenizer | None = None
 ) -> ModelReport:
     """One model's row, from its capabilities (`Contract.capabilities`) and its tokenizer."""
-    triton_model = model.engine_model if model.route == "engine" else model.triton_model
     try:
         if tokenizer is None:
             tokenizer = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
@@ -50,60 +63,64 @@ def report(
         context = model.max_model_len or tokenizer.info.max_model_len
     except GatewayError as exc:
         vocab, context = f"error: {exc.message}", None
-    if info is None or error is not None:
-        return ModelReport(model.name, triton_model, model.route, f"unavailable: {error}", tokenizer=vocab)
+        # `gateway serve` refuses to start with this model: so does check's verdict.
+        error = error or "tokenizer error; serve refuses this model"
+    if info is None:
+        status = f"unavailable: {error}"
+        return ModelReport(model.name, model.triton_model, model.route, status, tokenizer=vocab)
     k = info
     return ModelReport(
         name=model.name,
-        triton_model=triton_model,
-        route=model.route,
-        status="ready",
+        triton_model=k.model,
+        route=k.route,
+        status="ready" if error is None else f"not servable: {error}",
         variant=k.variant,
         decoupled=_yes(k.decoupled),
         token_ids=_yes(k.exposes_token_ids),
         n="num_return_sequences" if k.native_num_sequences else "fan-out",
-        guided=_yes(k.guided_decoding),
+        guided=_guided(k),
         logprobs="top-k" if k.top_logprobs else _yes(k.logprobs),
         tokenizer=vocab,
         context=str(context) if context else "unknown",
+        reason=k.route_reason,
+        streamed_text="exact"
+        if k.exact_stream
+        else "LOSSY (postprocessing decodes each response alone; use the engine route)",
+        usage=k.usage_source,
     )
+
+
+_COLUMNS = (
+    ("model", "name"),
+    ("triton model", "triton_model"),
+    ("route", "route"),
+    ("status", "status"),
+    ("contract", "variant"),
+    ("decoupled", "decoupled"),
+    ("token ids", "token_ids"),
+    ("n", "n"),
+    ("guided", "guided"),
+    ("logprobs", "logprobs"),
+    ("tokenizer", "tokenizer"),
+    ("context", "context"),
+    ("streamed text", "streamed_text"),
+    ("usage from", "usage"),
+)
 
 
 def table(reports: list[ModelReport]) -> str:
     t = Table(title="served models")
-    columns = (
-        "model",
-        "triton model",
-        "route",
-        "status",
-        "contract",
-        "decoupled",
-        "token ids",
-        "n",
-        "guided",
-        "logprobs",
-        "tokenizer",
-        "context",
-    )
-    for column in columns:
+    for column, _ in _COLUMNS:
         t.add_column(column)
     for r in reports:
-        t.add_row(
-            r.name,
-            r.triton_model,
-            r.route,
-            r.status,
-            r.variant,
-            r.decoupled,
-            r.token_ids,
-            r.n,
-            r.guided,
-            r.logprobs,
-            r.tokenizer,
-            r.context,
-        )
+        t.add_row(*(getattr(r, attr) for _, attr in _COLUMNS))
     out = io.StringIO()
-    Console(file=out, width=200, force_terminal=False).print(t)
+    console = Console(file=out, width=400, force_terminal=False)
+    console.print(t)
+    # The route's reason is a sentence: one line per model under the table reads better than a column.
+    for r in reports:
+        if r.status == "ready":
+            console.print(f"{r.name}: {r.route} route: {r.reason}", soft_wrap=True)
     return out.getvalue()
 
 
@@ -127,6 +144,9 @@ async def check(settings: Settings) -> list[ModelReport]:
 def run_check(settings: Settings) -> int:
     if not settings.models:
         raise SystemExit("gateway check: no model configured (use --model name=...,tokenizer=DIR)")
+    urls = ", ".join(settings.triton_url)
+    default = "" if "triton_url" in settings.model_fields_set else " (the default; set --triton-url)"
+    print(f"Triton: {urls}{default}")  # the command's output
     reports = asyncio.run(check(settings))
-    print(table(reports), end="")  # the command's output
+    print(table(reports), end="")
     return 0 if all(r.status == "ready" for r in reports) else 1

@@ -1,6 +1,8 @@
 """`gateway serve | dev | check`: parses flags into Settings and hands them on; nothing else.
 
 Flags are generated from the Settings fields, so every option documents its environment variable.
+Everything that can be checked before the port is bound is checked first, and a problem is one
+line on stderr naming the flag, file or value, never a traceback.
 """
 
 from __future__ import annotations
@@ -8,40 +10,79 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any, get_args, get_origin
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
-from gateway.config import ServedModel, Settings
-from gateway.server import run_server
+from gateway.config import ConfigFileError, ServedModel, Settings, describe, env_name, flag_name
+from gateway.server import StartupError, run_server
+from gateway.text.tool_calls.registry import MODEL_FORMATS
 
-# Settings whose flag name differs from the field name (repeatable, singular).
-_FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model"}
+# What each repeatable flag takes.
+_METAVARS = {
+    "triton_url": "HOST:PORT",
+    "api_keys": "KEY",
+    "cors_origins": "ORIGIN",
+    "config_file": "FILE",
+    "api_key_file": "FILE",
+    "host": "ADDRESS",
+}
+# `gateway check` reads only these; the serving flags would be ignored there.
+CHECK_SETTINGS = ("triton_url", "models", "config_file", "triton_connect_timeout_s")
+# What `gateway dev` sets itself.
+DEV_SKIPS = ("models", "triton_url")
 
 
-def _add_settings_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = ()) -> None:
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not the whole usage block above it.
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def _add_settings_flags(
+    parser: argparse.ArgumentParser, skip: Sequence[str] = (), only: Sequence[str] | None = None
+) -> None:
     for name, field in Settings.model_fields.items():
-        if name in skip:
+        if name in skip or (only is not None and name not in only):
             continue
-        flag = _FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
-        env = f"GATEWAY_{name.upper()}"
-        help_text = f"{field.description} [env: {env}]"
+        flag = flag_name(name)
+        help_text = f"{field.description} [env: {env_name(name)}]"
+        default = field.get_default(call_default_factory=True)
         if name == "models":
             parser.add_argument(
                 flag,
                 dest=name,
                 action="append",
                 type=_model_spec,
-                metavar="name=N,tokenizer=DIR[,triton_model=M][,route=ensemble|engine]",
+                metavar=ServedModel.spec_syntax(),
                 help=f"{help_text}; repeatable",
             )
         elif get_origin(field.annotation) is list:
+            shown = f" (default: {','.join(default)})" if default else ""
             parser.add_argument(
-                flag, dest=name, action="append", metavar="HOST:PORT", help=f"{help_text}; repeatable"
+                flag,
+                dest=name,
+                action="append",
+                metavar=_METAVARS.get(name, "VALUE"),
+                help=f"{help_text}; repeatable{shown}",
             )
         elif field.annotation is bool:
             parser.add_argument(
-                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"{help_text} (default: {default})",
+            )
+        elif get_origin(field.annotation) is Literal:
+            parser.add_argument(
+                flag,
+                dest=name,
+                choices=get_args(field.annotation),
+                type=str.lower,
+                default=None,
+                help=f"{help_text} (default: {default})",
             )
         else:
             kind = next((a for a in get_args(field.annotation) if a is not type(None)), field.annotation)
@@ -50,34 +91,47 @@ def _add_settings_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = (
                 dest=name,
                 type=kind if kind in (int, float) else str,  # type: ignore[arg-type]
                 default=None,
-                help=f"{help_text} (default: {field.default})",
+                metavar=_METAVARS.get(name),
+                help=f"{help_text} (default: {default})",
             )
 
 
 def _model_spec(value: str) -> ServedModel:
     try:
         return ServedModel.parse_spec(value)
-    except (ValueError, ValidationError) as exc:
+    except ValidationError as exc:
+        keys = ", ".join(ServedModel.model_fields)
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'spec'}: "
+            f"{f'unknown key (keys: {keys})' if e['type'] == 'extra_forbidden' else e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        raise argparse.ArgumentTypeError(f"{value!r}: {problems}") from None
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="gateway", description="OpenAI-compatible gateway for Triton + TensorRT-LLM"
-    )
+    parser = _Parser(prog="gateway", description="OpenAI-compatible gateway for Triton + TensorRT-LLM")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve models from a running Triton")
     _add_settings_flags(serve)
     check = sub.add_parser("check", help="report what each served model supports, as read from Triton")
-    _add_settings_flags(check)
+    _add_settings_flags(check, only=CHECK_SETTINGS)
     dev = sub.add_parser(
         "dev", help="start the embedded CPU stack (tritonserver + tiny model) and the gateway"
     )
-    _add_settings_flags(dev, skip=("models", "triton_url"))
+    _add_settings_flags(dev, skip=DEV_SKIPS)
     dev.add_argument(
         "--model-dir", default=None, help="local Hugging Face model dir (default: build a tiny model)"
     )
     dev.add_argument("--served-name", default="tiny", help="model name clients use (default: tiny)")
+    dev.add_argument(
+        "--tool-parser",
+        choices=MODEL_FORMATS,
+        default="none",
+        help="how the model writes tool calls, as the `tool_parser` of a --model (default: none)",
+    )
     dev.add_argument("--variant", choices=("current", "legacy"), default="current", help="contract variant")
     dev.add_argument(
         "--engine-mode",
@@ -93,23 +147,36 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return Settings.load(**overrides)
 
 
+def load_settings(args: argparse.Namespace) -> Settings:
+    """Settings from flags, environment and file, or a StartupError naming what is wrong."""
+    try:
+        return settings_from_args(args)
+    except ConfigFileError as exc:
+        raise StartupError(describe(exc.error, path=exc.path, file_keys=exc.keys)) from None
+    except ValidationError as exc:
+        raise StartupError(describe(exc)) from None
+    except (SettingsError, ValueError) as exc:
+        raise StartupError(str(exc).strip().splitlines()[0]) from None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    prog = f"gateway {args.command}"
     try:
-        settings = settings_from_args(args)
-    except (ValidationError, ValueError) as exc:
-        print(f"gateway: invalid settings: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if args.command == "serve":
-        run_server(settings)
-    elif args.command == "check":
-        from gateway.check import run_check
+        settings = load_settings(args)
+        if args.command == "serve":
+            run_server(settings)
+        elif args.command == "check":
+            from gateway.check import run_check
 
-        raise SystemExit(run_check(settings))
-    elif args.command == "dev":
-        from gateway.devserver import run_dev
+            raise SystemExit(run_check(settings))
+        elif args.command == "dev":
+            from gateway.devserver import run_dev
 
-        run_dev(settings, args)
+            run_dev(settings, args)
+    except StartupError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        raise SystemExit(exc.code) from None
 
 
 if __name__ == "__main__":

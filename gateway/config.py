@@ -3,17 +3,52 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.text.reasoning.registry import MODEL_FORMATS as REASONING_FORMATS
 from gateway.text.tool_calls.registry import MODEL_FORMATS
 
-Route = Literal["ensemble", "engine"]
+Route = Literal["auto", "ensemble", "engine"]
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+# Settings whose flag differs from `--field-name` (repeatable, singular).
+FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model"}
+# A gRPC target: HOST:PORT (IPv6 in brackets), or one of gRPC's own schemes (dns:, unix:, ...).
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d{1,5})$")
+_GRPC_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
+
+
+def flag_name(field: str) -> str:
+    return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+
+
+def env_name(field: str) -> str:
+    return f"GATEWAY_{field.upper()}"
+
+
+def check_triton_url(url: str) -> str:
+    """A Triton gRPC address as grpc takes it, or a ValueError saying what is wrong with it."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() in ("http", "https", "grpc", "grpcs"):
+        raise ValueError(
+            f"{url!r}: Triton's gRPC address is HOST:PORT, without a scheme "
+            f"(try {rest.rstrip('/')!r}; Triton's gRPC port is 8001 by default, its HTTP port 8000)"
+        )
+    if url.startswith(_GRPC_SCHEMES):
+        return url
+    match = _HOST_PORT.match(url)
+    if match is None or not 0 < int(match.group(2)) < 65536:
+        raise ValueError(f"{url!r} is not HOST:PORT (for example 127.0.0.1:8001)")
+    return url
+
+
+_SPEC_VALUES = {"tokenizer": "DIR", "chat_template": "FILE", "max_model_len": "N", "name": "NAME"}
 
 
 class ServedModel(BaseModel):
@@ -22,12 +57,18 @@ class ServedModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="Model name clients send in `model`.")
-    triton_model: str = Field(default="ensemble", description="Triton model the `ensemble` route calls.")
-    engine_model: str = Field(
-        default="tensorrt_llm", description="Triton model the `engine` route calls (token ids in and out)."
+    triton_model: str = Field(default="ensemble", description="The model's ensemble in Triton.")
+    engine_model: str | None = Field(
+        default=None,
+        description="The `tensorrt_llm` model the engine route calls (token ids in and out); "
+        "default: the ensemble's step that is one.",
     )
     tokenizer: Path = Field(description="Local Hugging Face directory with the tokenizer (and its configs).")
-    route: Route = Field(default="ensemble", description="`ensemble` (text in Triton) or `engine` (ids).")
+    route: Route = Field(
+        default="auto",
+        description="`auto`: the engine route when Triton serves the ensemble's tensorrt_llm model, else "
+        "the ensemble; `ensemble` (text in Triton) or `engine` (token ids) to force one.",
+    )
     chat_template: Path | None = Field(
         default=None, description="Jinja chat template file overriding the tokenizer's."
     )
@@ -69,13 +110,33 @@ class ServedModel(BaseModel):
     @classmethod
     def parse_spec(cls, spec: str) -> ServedModel:
         """`name=tiny,triton_model=ensemble,tokenizer=/models/tiny,route=ensemble` -> ServedModel."""
+        return cls.model_validate(cls.spec_fields(spec))
+
+    @staticmethod
+    def spec_fields(spec: str) -> dict[str, Any]:
         fields: dict[str, Any] = {}
         for part in spec.split(","):
             key, sep, value = part.partition("=")
             if not sep or not key.strip():
-                raise ValueError(f"model spec part {part!r} is not key=value")
+                raise ValueError(f"model spec part {part!r} is not key=value (in {spec!r})")
             fields[key.strip()] = value.strip()
-        return cls.model_validate(fields)
+        return fields
+
+    @classmethod
+    def spec_syntax(cls) -> str:
+        """The `--model` value's syntax, from the fields (so help never misses one)."""
+        parts = []
+        for name, field in cls.model_fields.items():
+            choices = get_args(field.annotation) if get_origin(field.annotation) is Literal else ()
+            if name == "tool_parser":
+                choices = MODEL_FORMATS
+            if field.annotation is bool:
+                choices = ("true", "false")
+            value = "|".join(choices) if choices else _SPEC_VALUES.get(name, name.upper())
+            parts.append(f"{name}={value}" if field.is_required() else f"[,{name}={value}]")
+        return ",".join(p for p in parts if not p.startswith("[")) + "".join(
+            p for p in parts if p.startswith("[")
+        )
 
 
 class Settings(BaseSettings):
@@ -87,9 +148,13 @@ class Settings(BaseSettings):
     triton_url: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:8001"], description="Triton gRPC endpoint(s), HOST:PORT."
     )
-    models: list[ServedModel] = Field(default_factory=list, description="Served models.")
+    models: Annotated[list[ServedModel], NoDecode] = Field(
+        default_factory=list,
+        description="Served models, each as name=NAME,tokenizer=DIR,... (in the environment: "
+        "several separated by `;`, or JSON)",
+    )
     config_file: Path | None = Field(default=None, description="YAML file with any of these settings.")
-    log_level: str = Field(default="info", description="Logging level.")
+    log_level: LogLevel = Field(default="info", description="Logging level.")
     log_format: Literal["text", "json"] = Field(default="text", description="Log lines as text or JSON.")
     access_log: bool = Field(default=True, description="One log line per request (never prompt text).")
     tracing: bool = Field(
@@ -130,6 +195,11 @@ class Settings(BaseSettings):
         gt=0,
         description="Deadline per generation request (504 and Triton cancelled); none: no deadline.",
     )
+    reject_unknown_fields: bool = Field(
+        default=False,
+        description="Answer 400 to a request field OpenAI does not define, as OpenAI does "
+        "(off: such fields are ignored and named in the x-gateway-ignored-fields response header).",
+    )
     max_prompt_tokens: int | None = Field(default=None, ge=1, description="Largest prompt, in tokens.")
     max_tokens_limit: int | None = Field(
         default=None, ge=1, description="Largest max_tokens a request may ask."
@@ -154,6 +224,50 @@ class Settings(BaseSettings):
             return [u.strip() for u in text.split(",") if u.strip()]
         return value
 
+    @field_validator("triton_url")
+    @classmethod
+    def _check_urls(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one Triton URL is needed")
+        return [check_triton_url(u) for u in value]
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_level(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _model_specs(cls, value: Any) -> Any:
+        # The environment and YAML take the flag's own syntax too: `name=a,tokenizer=/a; name=b,...`.
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            value = [part for part in re.split(r"[;\n]", text) if part.strip()]
+        if isinstance(value, (dict, ServedModel)):
+            value = [value]
+        if isinstance(value, list):
+            return [ServedModel.spec_fields(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, value: list[ServedModel]) -> list[ServedModel]:
+        seen: set[str] = set()
+        for model in value:
+            if model.name in seen:
+                raise ValueError(f"model name {model.name!r} is configured twice; each name must be unique")
+            seen.add(model.name)
+        return value
+
+    @field_validator("api_key_file")
+    @classmethod
+    def _key_file_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value}: no such file")
+        return value
+
     def accepted_keys(self) -> list[str]:
         keys = list(self.api_keys)
         if self.api_key_file is not None:
@@ -168,8 +282,77 @@ class Settings(BaseSettings):
         env_only = cls(**overrides)
         if env_only.config_file is None:
             return env_only
-        data = yaml.safe_load(env_only.config_file.read_text(encoding="utf-8")) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{env_only.config_file}: expected a mapping at the top level")
+        path = env_only.config_file
+        data = read_config_file(path)
         explicit = env_only.model_dump(exclude_unset=True)
-        return cls(**{**data, **explicit})
+        try:
+            return cls(**{**data, **explicit})
+        except ValidationError as exc:
+            raise ConfigFileError(path, exc, keys=set(data) - set(explicit)) from None
+
+
+class ConfigFileError(ValueError):
+    """Settings from a YAML file that do not validate; the message names the file."""
+
+    def __init__(self, path: Path, error: ValidationError, *, keys: set[str]) -> None:
+        super().__init__(f"{path}: {error}")
+        self.path = path
+        self.error = error
+        self.keys = keys
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The YAML file's settings, or a ValueError naming the file (and the line of a syntax error)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"--config-file {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--config-file {path}: cannot be read ({exc})") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{path}: YAML syntax error{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of settings at the top level")
+    if "model" in data:
+        # `model:` reads naturally for one model; `models:` is the setting's own name.
+        if "models" in data:
+            raise ValueError(f"{path}: give either `model:` or `models:`, not both")
+        data["models"] = data.pop("model")
+    return data
+
+
+def describe(error: ValidationError, *, path: Path | None = None, file_keys: Collection[str] = ()) -> str:
+    """A settings error as one line naming each bad setting as the user gave it: its flag and
+    environment variable, or its key in the YAML file."""
+    parts = []
+    for e in error.errors(include_url=False):
+        loc = e.get("loc", ())
+        field = str(loc[0]) if loc else ""
+        if path is not None and field in file_keys:
+            where = f"{path}: `{field}`"
+        elif field in Settings.model_fields:
+            where = f"{flag_name(field)} ({env_name(field)})"
+        else:
+            where = f"`{field}`"
+        if e["type"] == "extra_forbidden" and len(loc) == 1:
+            prefix = f"{path}: " if path is not None and field in file_keys else ""
+            parts.append(f"{prefix}unknown setting {field!r}")
+            continue
+        inner = [str(p + 1) if isinstance(p, int) else str(p) for p in loc[1:]]
+        if field == "models" and inner:
+            where += f" model {inner[0]}" + (f" `{'.'.join(inner[1:])}`" if inner[1:] else "")
+        elif inner:
+            where += f" [{'.'.join(inner)}]"
+        message = str(e.get("msg", "invalid value")).removeprefix("Value error, ")
+        value = e.get("input")
+        if e["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif not e["type"].startswith("value_error") and isinstance(value, (str, int, float)):
+            message += f" (got {value!r})"
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts)

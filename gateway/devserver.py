@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 
 from gateway.config import ServedModel, Settings
-from gateway.server import run_server
+from gateway.server import check_port_free, load_tokenizers, run_server
 
 logger = logging.getLogger(__name__)
 
@@ -98,22 +98,36 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def run_dev(settings: Settings, args: argparse.Namespace) -> None:
+    # Before Triton's start-up (many seconds): a taken port is one line at once.
+    check_port_free(settings.host, settings.port)
     model_dir = Path(args.model_dir) if args.model_dir else _tiny_model_dir()
     # uvicorn re-raises SIGTERM once it has shut down; with the default handler that would end
     # the process before `finally` stops the Triton stack.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     child, ready = _start_triton(model_dir, args)
     try:
-        served = ServedModel(name=args.served_name, tokenizer=model_dir, triton_model=ready["ensemble"])
-        settings = settings.model_copy(update={"models": [served], "triton_url": [ready["grpc"]]})
-        base = f"http://{settings.host}:{settings.port}"
-        print(
-            f"gateway: serving `{served.name}` on {base}/v1 (Triton gRPC {ready['grpc']}). Try:\n"
-            f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
-            f'-d \'{{"model": "{served.name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
-            f'"max_tokens": 32}}\'',
-            flush=True,
+        served = ServedModel(
+            name=args.served_name,
+            tokenizer=model_dir,
+            triton_model=ready["ensemble"],
+            tool_parser=args.tool_parser,
         )
-        run_server(settings)
+        settings = settings.model_copy(update={"models": [served], "triton_url": [ready["grpc"]]})
+        tokenizers = load_tokenizers(settings)
+        base = f"http://{settings.host}:{settings.port}"
+
+        def announce() -> None:
+            print(
+                f"gateway: serving `{served.name}` on {base}/v1 (Triton gRPC {ready['grpc']}, "
+                f"tokenizer {model_dir}). Try:\n"
+                f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
+                f'-d \'{{"model": "{served.name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
+                f'"max_tokens": 32}}\'\n'
+                f"  gateway check --triton-url {ready['grpc']} "
+                f"--model name={served.name},tokenizer={model_dir}",
+                flush=True,
+            )
+
+        run_server(settings, tokenizers=tokenizers, on_listening=announce)
     finally:
         _stop(child)

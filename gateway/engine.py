@@ -59,6 +59,9 @@ class GenerationRequest:
     # OpenAI logit_bias as (token id, bias) pairs, and the model's vocabulary size for the vector.
     logit_bias: tuple[tuple[int, float], ...] = ()
     vocab_size: int = 0
+    # Whether the client streams the answer: a text-only ensemble is then asked to stream too
+    # (each response decoded alone); otherwise it returns one exact decode of the whole result.
+    stream: bool = True
 
 
 # Not frozen: one is made per streamed token, and a frozen dataclass's __init__ (object.__setattr__
@@ -97,8 +100,19 @@ class EngineInfo:
     # non-streaming result that repeats the prompt is cut by their count). If not, the serving
     # layer may send a request before it has tokenized the prompt.
     needs_prompt_ids: bool = True
+    # Whether a result starts with the prompt, for a streamed and a non-streamed request.
+    repeats_prompt: tuple[bool, bool] = (False, False)
     inputs: frozenset[str] = field(default_factory=frozenset)
     outputs: frozenset[str] = field(default_factory=frozenset)
+    # How requests reach the model ("engine": token ids; "ensemble": text) and why that way.
+    route: str = ""
+    route_reason: str = ""
+    # The guided decoding backend the engine is set up with ("" when guided_decoding is false).
+    guided_backend: str = ""
+    # Whether a streamed answer's text is exact (a non-streamed one always is), and where the
+    # completion token count comes from.
+    exact_stream: bool = True
+    usage_source: str = ""
 
 
 class Engine(Protocol):

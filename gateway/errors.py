@@ -59,6 +59,15 @@ class MethodNotAllowedError(GatewayError):
     error_type = "invalid_request_error"
 
 
+class ClientDisconnectedError(GatewayError):
+    """The client went away before its response was sent. 499 is nginx's code for it: not a
+    4xx of the client's request, and no body is read; the status is for logs, metrics and traces."""
+
+    status_code = 499
+    error_type = "client_closed_request"
+    default_code = "client_closed_request"
+
+
 class PayloadTooLargeError(GatewayError):
     status_code = 413
     error_type = "invalid_request_error"
@@ -91,6 +100,10 @@ class DeadlineExceededError(GatewayError):
     status_code = 504
     error_type = "server_error"
     default_code = "timeout"
+
+
+class ClientDeadlineExceededError(DeadlineExceededError):
+    """The deadline the client chose (X-Request-Timeout) passed: its choice, not a server fault."""
 
 
 class ServerConfigError(GatewayError):

@@ -28,6 +28,8 @@ class RequestRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     ttft_s: float | None = None
+    # Top-level body fields the gateway did not use (sent back in x-gateway-ignored-fields).
+    ignored_fields: tuple[str, ...] = ()
 
     def fields(self) -> dict[str, Any]:
         return {
@@ -40,7 +42,39 @@ class RequestRecord:
             "completion_tokens": self.completion_tokens,
             "ttft_ms": None if self.ttft_s is None else round(self.ttft_s * 1000, 2),
             "duration_ms": round((time.perf_counter() - self.start) * 1000, 2),
+            "ignored_fields": ",".join(self.ignored_fields) or None,
         }
+
+
+class Repeating:
+    """When to log a condition that repeats (a Triton that cannot be reached): the first time,
+    whenever its message changes, and otherwise at a falling rate, after 1, 2, 4, ... seconds
+    up to `max_interval_s`, with how often it happened meanwhile."""
+
+    def __init__(self, *, first_interval_s: float = 1.0, max_interval_s: float = 300.0) -> None:
+        self._first = first_interval_s
+        self._max = max_interval_s
+        self._message: str | None = None
+        self._next_at = 0.0
+        self._interval = first_interval_s
+        self.suppressed = 0
+
+    def should_log(self, message: str, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        if message != self._message:
+            self._message = message
+            self._interval = self._first
+        elif now < self._next_at:
+            self.suppressed += 1
+            return False
+        else:
+            self._interval = min(self._interval * 2, self._max)
+        self._next_at = now + self._interval
+        return True
+
+    def take_suppressed(self) -> int:
+        count, self.suppressed = self.suppressed, 0
+        return count
 
 
 current_request: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(

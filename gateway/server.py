@@ -1,31 +1,106 @@
 """Runs the gateway under uvicorn (one process, or workers that each build the app from the
-settings passed in the environment). Used by `gateway serve` and `gateway dev`."""
+settings passed in the environment), after checking what can be checked before the port is bound.
+Used by `gateway serve` and `gateway dev`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import tempfile
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from gateway import tracing
 from gateway.config import Settings
 from gateway.logs import configure_logging
 from gateway.metrics import multiprocess_dir
 
+if TYPE_CHECKING:
+    from gateway.text.tokenizer import Tokenizer
+
 SETTINGS_ENV = "GATEWAY_SETTINGS_JSON"
 
 
-def run_server(settings: Settings) -> None:
+class StartupError(Exception):
+    """A problem found before serving: reported as one line, the process exits with `code`."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
+    """Every model's tokenizer (and chat template), before the port is bound."""
+    from gateway.errors import ServerConfigError
+    from gateway.text.tokenizer import Tokenizer
+
+    if not settings.models:
+        raise StartupError("no model configured (use --model name=NAME,tokenizer=DIR)")
+    loaded = {}
+    for model in settings.models:
+        try:
+            loaded[model.name] = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
+        except ServerConfigError as exc:
+            raise StartupError(f"model {model.name!r}: {exc.message}") from None
+    return loaded
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Bind and release the address uvicorn will listen on (as uvicorn does, with SO_REUSEADDR),
+    so a taken port is one line before anything starts rather than an error after start-up."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise StartupError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {host}:{port}: {exc.strerror} (--port, --host)", 1
+            ) from None
+
+
+def _when_listening(host: str, port: int, callback: Callable[[], None]) -> threading.Event:
+    """Call `callback` once the server accepts connections (uvicorn binds after its start-up);
+    set the returned event to give up."""
+    stop = threading.Event()
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+    def wait() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError), socket.create_connection((target, port), timeout=1.0):
+                callback()
+                return
+            stop.wait(0.1)
+
+    threading.Thread(target=wait, name="gateway-listening", daemon=True).start()
+    return stop
+
+
+def run_server(
+    settings: Settings,
+    *,
+    tokenizers: dict[str, Tokenizer] | None = None,
+    on_listening: Callable[[], None] | None = None,
+) -> None:
     import uvicorn
 
     from gateway.app import create_app
 
+    if tokenizers is None:
+        tokenizers = load_tokenizers(settings)
+    check_port_free(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     if settings.tracing:
         tracing.configure("trtllm-openai-gateway")
-    if not settings.models:
-        raise SystemExit("gateway: no model configured (use --model name=...,tokenizer=DIR)")
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -37,15 +112,20 @@ def run_server(settings: Settings) -> None:
         # uvicorn's 5 s default races clients that reuse a pooled connection just as it closes.
         "timeout_keep_alive": settings.keep_alive_s,
     }
-    if settings.workers > 1:
-        # Worker processes each build the app from the same settings, sharing the port; their
-        # metrics meet in a shared directory that /metrics aggregates.
-        os.environ[SETTINGS_ENV] = settings.model_dump_json()
-        if not multiprocess_dir():
-            os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gateway-metrics-")
-        uvicorn.run("gateway.server:app_from_env", factory=True, workers=settings.workers, **common)
-    else:
-        uvicorn.run(create_app(settings), **common)
+    stop = _when_listening(settings.host, settings.port, on_listening) if on_listening else None
+    try:
+        if settings.workers > 1:
+            # Worker processes each build the app from the same settings, sharing the port; their
+            # metrics meet in a shared directory that /metrics aggregates.
+            os.environ[SETTINGS_ENV] = settings.model_dump_json()
+            if not multiprocess_dir():
+                os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gateway-metrics-")
+            uvicorn.run("gateway.server:app_from_env", factory=True, workers=settings.workers, **common)
+        else:
+            uvicorn.run(create_app(settings, tokenizers=tokenizers), **common)
+    finally:
+        if stop is not None:
+            stop.set()
 
 
 def app_from_env() -> Any:

@@ -56,19 +56,30 @@ def span(name: str, **attributes: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def server_span(name: str, headers: list[tuple[bytes, bytes]]) -> Iterator[None]:
-    """The request's root span, continuing the client's trace when it sent `traceparent`."""
+def server_span(name: str, headers: list[tuple[bytes, bytes]]) -> Iterator[Any]:
+    """The request's root span, continuing the client's trace when it sent `traceparent`.
+    Yields the span (None without the extra), for `set_http_status` once the response is done."""
     if trace is None:
-        yield
+        yield None
         return
     carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers}
     parent = propagate.extract(carrier)
     token = otel_context.attach(parent)
     try:
-        with trace.get_tracer(_TRACER_NAME).start_as_current_span(name, kind=trace.SpanKind.SERVER):
-            yield
+        with trace.get_tracer(_TRACER_NAME).start_as_current_span(name, kind=trace.SpanKind.SERVER) as root:
+            yield root
     finally:
         otel_context.detach(token)
+
+
+def set_http_status(root: Any, status: int) -> None:
+    """The status the client saw (499: it went away first) on the request's span; only 5xx is a
+    server span's error (OpenTelemetry's HTTP conventions)."""
+    if root is None:
+        return
+    root.set_attribute("http.response.status_code", status)
+    if status >= 500:
+        root.set_status(trace.Status(trace.StatusCode.ERROR))
 
 
 class Span:

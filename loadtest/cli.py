@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,10 +46,28 @@ def _numbers(kind: type[int] | type[float]) -> Any:
     return parse
 
 
+# Requests per load level when neither --requests nor --duration says otherwise.
+DEFAULT_REQUESTS = 100
+# Synthetic prompts made for a run (requests cycle through them).
+_MAX_PROMPTS = 1000
+
+
+def request_limit(requests: int | None, duration: float | None) -> int:
+    """Requests per level: as given; else unbounded under --duration (which then ends the level);
+    else the default."""
+    if requests is not None:
+        return requests
+    return sys.maxsize if duration is not None else DEFAULT_REQUESTS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="drive load at one or more concurrencies or rates")
+    run = sub.add_parser(
+        "run",
+        help="drive load at one or more concurrencies or rates",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     t = run.add_argument_group("target")
     t.add_argument(
         "--target",
@@ -93,8 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     mode = load.add_mutually_exclusive_group()
     mode.add_argument("--concurrency", type=_numbers(int), help="closed loop: comma list, e.g. 1,16,64")
     mode.add_argument("--rate", type=_numbers(float), help="open loop Poisson requests/s: comma list")
-    load.add_argument("--requests", type=int, default=100, help="requests per load level (upper bound)")
-    load.add_argument("--duration", type=float, help="seconds per load level (upper bound)")
+    load.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help=f"requests per load level, an upper bound (none given: {DEFAULT_REQUESTS}, "
+        "or no limit with --duration)",
+    )
+    load.add_argument("--duration", type=float, help="seconds per load level, an upper bound")
     load.add_argument("--warmup", type=int, default=0, help="requests sent first and not measured")
 
     out = run.add_argument_group("output")
@@ -164,6 +189,15 @@ def summary_table(summaries: Sequence[RunSummary], title: str = "load test") -> 
     return table
 
 
+def error_lines(summaries: Sequence[RunSummary]) -> list[str]:
+    """What the server said, once per kind of error and run: `http_404` alone does not say why."""
+    return [
+        f"{s.label}: {kind} x{count}: {s.error_details.get(kind, '(no detail)')}"
+        for s in summaries
+        for kind, count in sorted(s.errors.items())
+    ]
+
+
 def _fmt_ms(seconds: float) -> str:
     return "-" if math.isnan(seconds) else f"{seconds * 1000:.1f}ms"
 
@@ -178,20 +212,21 @@ async def _run(args: argparse.Namespace) -> int:
         endpoint=args.endpoint,
         extra_body=dict(args.extra_body),
     )
+    requests = request_limit(args.requests, args.duration)
     specs = [
         LoadSpec(
             concurrency=c,
-            requests=args.requests,
+            requests=requests,
             duration_s=args.duration,
             warmup=args.warmup,
             seed=args.seed,
         )
         for c in (args.concurrency or ([] if args.rate else [1]))
     ] + [
-        LoadSpec(rate=r, requests=args.requests, duration_s=args.duration, warmup=args.warmup, seed=args.seed)
+        LoadSpec(rate=r, requests=requests, duration_s=args.duration, warmup=args.warmup, seed=args.seed)
         for r in (args.rate or [])
     ]
-    prompts = make_prompts(args, args.requests + args.warmup)
+    prompts = make_prompts(args, min(requests, _MAX_PROMPTS) + args.warmup)
     target = make_target(args, workload)
     results: list[tuple[RunSummary, tuple[RequestRecord, ...]]] = []
     await target.open(max(spec.max_in_flight for spec in specs))
@@ -208,6 +243,8 @@ async def _run(args: argparse.Namespace) -> int:
     Console(width=max(Console().width, 200)).print(
         summary_table([s for s, _ in results], title=f"{target.name} -> {args.model}")
     )
+    for line in error_lines([s for s, _ in results]):
+        log.warning("%s", line)
     log.info("results written to %s/", out)
     return 1 if any(s.successes == 0 for s, _ in results) else 0
 
@@ -216,6 +253,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.requests < 1 or args.max_tokens < 1 or args.prompt_tokens < 1:
+    if (args.requests is not None and args.requests < 1) or args.max_tokens < 1 or args.prompt_tokens < 1:
         parser.error("--requests, --max-tokens and --prompt-tokens must be >= 1")
     return asyncio.run(_run(args))

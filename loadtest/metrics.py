@@ -78,6 +78,8 @@ class RunSummary:
     e2e: Distribution
     tokens_per_request: Distribution
     extra: dict[str, float] = field(default_factory=dict)
+    # The first error message of each kind (the server's own words for an HTTP error).
+    error_details: dict[str, str] = field(default_factory=dict)
 
     def flat(self) -> dict[str, object]:
         """One CSV row: scalars, then `<metric>_<stat>` columns in milliseconds for latencies."""
@@ -136,6 +138,7 @@ def summarize(
         requests=len(records),
         successes=len(ok),
         errors=dict(Counter(r.error for r in records if r.error is not None)),
+        error_details=_first_details(records),
         output_tokens=out_tokens,
         prompt_tokens=sum(r.prompt_tokens or 0 for r in ok),
         output_tokens_per_s=per_s(out_tokens),
@@ -155,3 +158,11 @@ def _ms(seconds: float) -> float | None:
 
 def _round(value: float, digits: int) -> float | None:
     return None if isinstance(value, float) and math.isnan(value) else round(value, digits)
+
+
+def _first_details(records: Sequence[RequestRecord]) -> dict[str, str]:
+    details: dict[str, str] = {}
+    for r in records:
+        if r.error is not None and r.error_detail and r.error not in details:
+            details[r.error] = r.error_detail
+    return details

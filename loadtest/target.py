@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Protocol
 
 import aiohttp
@@ -54,6 +55,23 @@ def error_kind(exc: BaseException) -> str:
                 pass
     name = type(exc).__name__
     return "bad_json" if name == "JSONDecodeError" else name
+
+
+def server_message(body: bytes) -> str:
+    """An error response's message: OpenAI's `error.message` (or a string `error`/`detail`) when
+    the body is JSON shaped so, else the body's text."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(parsed, dict):
+        error = parsed.get("error", parsed.get("detail"))
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+    return text
 
 
 def detail(text: object) -> str:

@@ -127,6 +127,7 @@ def make_choices(
     token_ids: bool,
     first_index: int,
     stops: Sequence[str],
+    text_prefix: str = "",
 ) -> list[ChoiceState]:
     end_ids = frozenset(request.end_token_ids) if not request.params.ignore_eos else frozenset()
     if request.end_id is not None and not request.params.ignore_eos:
@@ -135,9 +136,12 @@ def make_choices(
     if token_ids:
 
         def factory() -> TextDecoder:
-            return ids_decoder(tokenizer, request.prompt_ids)
+            return ids_decoder(tokenizer)
     else:
-        factory = Utf8TextAssembler
+
+        def factory() -> TextDecoder:
+            return Utf8TextAssembler(strip_prefix=text_prefix.encode())
+
     return [
         ChoiceState(
             first_index + i, factory(), stops=stops, end_ids=end_ids, max_tokens=request.params.max_tokens

@@ -24,6 +24,7 @@ from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.validation import RequestLimits
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.errors import (
+    ClientDeadlineExceededError,
     DeadlineExceededError,
     EngineError,
     EngineUnavailableError,
@@ -64,8 +65,9 @@ class PreparedRequest:
     response_id: str
     created: int = field(default_factory=lambda: int(time.time()))
     include_usage: bool = False
-    # Seconds the generation may take (None: no deadline).
+    # Seconds the generation may take (None: no deadline), and whether the client chose it.
     timeout_s: float | None = None
+    client_deadline: bool = False
     # Chat only: how to find tool calls in the reply ("none": plain content).
     tool_format: str = "none"
     tool_names: frozenset[str] = frozenset()
@@ -100,7 +102,9 @@ def stream_failure(exc: Exception) -> GatewayError:
     """What a stream that failed after it started reports (each API writes it as its own error
     event), logged by severity."""
     error = to_gateway_error(exc)
-    logger.log(logging.ERROR if error.status_code >= 500 else logging.INFO, "stream failed: %s", exc)
+    # A deadline the client chose is its own choice: no server error.
+    serious = error.status_code >= 500 and not isinstance(error, ClientDeadlineExceededError)
+    logger.log(logging.ERROR if serious else logging.INFO, "stream failed: %s", exc)
     return error
 
 
@@ -121,6 +125,7 @@ def build_generation(
     guide: tuple[str, str] | None = None,
     logprobs: int | None = None,
     logit_bias: tuple[tuple[int, float], ...] = (),
+    stream: bool = True,
 ) -> Generation:
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
@@ -140,13 +145,18 @@ def build_generation(
         logprobs=logprobs,
         logit_bias=logit_bias,
         vocab_size=runtime.vocab_size,
+        stream=stream,
     )
+    engine = runtime.engine.info
+    # A text result that repeats the prompt starts with the prompt's decoding: cut it there.
+    repeated = not engine.exposes_token_ids and engine.repeats_prompt[0 if stream else 1]
     choices = make_choices(
         runtime.tokenizer,
         request,
-        token_ids=runtime.engine.info.exposes_token_ids,
+        token_ids=engine.exposes_token_ids,
         first_index=first_index,
         stops=stops,
+        text_prefix=runtime.tokenizer.decode(prompt_ids) if repeated and prompt_ids else "",
     )
     if prompt_ids is None:
         uncounted = (runtime.tokenizer, prompt_text, runtime.config.add_special_tokens)
@@ -171,6 +181,11 @@ async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> A
             yield event
     except TimeoutError:
         _count(metrics, cancelled="deadline", error="timeout")
+        if prepared.client_deadline:
+            raise ClientDeadlineExceededError(
+                f"The request did not finish within the deadline of {prepared.timeout_s:g} s "
+                "it asked for (X-Request-Timeout)."
+            ) from None
         raise DeadlineExceededError(
             f"The request did not finish within its deadline of {prepared.timeout_s:g} s."
         ) from None

@@ -15,6 +15,7 @@ class Readiness:
         self._at = float("-inf")
         self._last: dict[str, bool] = {}
         self._lock = asyncio.Lock()
+        self.reasons: dict[str, str] = {}
 
     async def check(self) -> dict[str, bool]:
         async with self._lock:
@@ -23,5 +24,11 @@ class Readiness:
             models = list(self._registry)
             results = await asyncio.gather(*(m.engine.is_ready() for m in models))
             self._last = {m.name: ok for m, ok in zip(models, results, strict=True)}
+            # Why a model is not ready, where its engine can tell (Triton's URL and gRPC's reason).
+            self.reasons = {
+                m.name: reason
+                for m, ok in zip(models, results, strict=True)
+                if not ok and (reason := getattr(m.engine, "unready_reason", None))
+            }
             self._at = time.monotonic()
             return self._last

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.engine import SamplingParams
 from gateway.errors import ContextLengthExceededError, InvalidRequestError, UnsupportedParameterError
@@ -17,9 +17,6 @@ if TYPE_CHECKING:
     from gateway.core.models import ModelRuntime
 
 logger = logging.getLogger(__name__)
-
-# Unknown body fields are accepted like OpenAI does; each name is logged once per process.
-_logged_unknown_fields: set[str] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +27,8 @@ class RequestLimits:
     max_prompt_tokens: int | None = None
     max_tokens: int | None = None
     request_timeout_s: float | None = None
-
-
-def log_unknown_fields(extra: dict[str, Any] | None) -> None:
-    for name in extra or ():
-        if name not in _logged_unknown_fields:
-            _logged_unknown_fields.add(name)
-            logger.info("ignoring unknown request field %r (logged once)", name)
+    # 400 for any body field OpenAI does not define, as OpenAI answers (else: ignored and named).
+    reject_unknown_fields: bool = False
 
 
 def stop_strings(stop: str | list[str] | None, limits: RequestLimits) -> tuple[str, ...]:
@@ -269,3 +261,9 @@ def token_options(
         top_supported=info.top_logprobs,
     )
     return alternatives, logit_bias_pairs(logit_bias, runtime.vocab_size, supported=info.logit_bias)
+
+
+def client_chose_deadline(limits: RequestLimits, header_s: float | None) -> bool:
+    """Whether the client's own deadline (X-Request-Timeout) is the one that applies."""
+    server = limits.request_timeout_s
+    return header_s is not None and header_s > 0 and (server is None or header_s <= server)

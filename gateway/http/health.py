@@ -13,20 +13,23 @@ from gateway.metrics import GatewayMetrics
 router = APIRouter()
 
 
-@router.get("/health", include_in_schema=False)
+# HEAD too: probes and uptime checkers often send it.
+@router.api_route("/health", methods=["GET", "HEAD"], include_in_schema=False)
 async def health() -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-@router.get("/health/ready", include_in_schema=False)
+@router.api_route("/health/ready", methods=["GET", "HEAD"], include_in_schema=False)
 async def ready(request: Request) -> JSONResponse:
-    models = await service(request, Readiness).check()
+    readiness = service(request, Readiness)
+    models = await readiness.check()
     ok = bool(models) and all(models.values())
-    return JSONResponse(
-        {"status": "ready" if ok else "unavailable", "models": models}, status_code=200 if ok else 503
-    )
+    body: dict[str, object] = {"status": "ready" if ok else "unavailable", "models": models}
+    if readiness.reasons:
+        body["reasons"] = readiness.reasons
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.api_route("/metrics", methods=["GET", "HEAD"], include_in_schema=False)
 async def metrics(request: Request) -> Response:
     return Response(service(request, GatewayMetrics).exposition(), media_type=CONTENT_TYPE_LATEST)

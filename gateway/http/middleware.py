@@ -24,6 +24,9 @@ from gateway.logs import ACCESS_LOGGER, RequestRecord, current_request
 from gateway.metrics import GatewayMetrics
 
 access_log = logging.getLogger(ACCESS_LOGGER)
+# Names the request body's fields the gateway ignored (unknown to it, or defined by OpenAI but
+# without effect here): clients learn that a setting they sent did nothing.
+IGNORED_FIELDS_HEADER = b"x-gateway-ignored-fields"
 
 
 # The status and body an error leaves with on a path: each API has its own error shape (OpenAI's
@@ -241,14 +244,20 @@ class ObservabilityMiddleware:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
                 message["headers"] = [*message.get("headers", []), header]
+                if record.ignored_fields:
+                    ignored = ", ".join(record.ignored_fields).encode("latin-1", "replace")
+                    message["headers"].append((IGNORED_FIELDS_HEADER, ignored))
             await send(message)
 
         m = self.metrics
         m.in_flight.inc()
         try:
             if self.tracing:
-                with tracing.server_span(f"{scope['method']} {scope['path']}", scope["headers"]):
-                    await self.app(scope, receive, send_with_id)
+                with tracing.server_span(f"{scope['method']} {scope['path']}", scope["headers"]) as root:
+                    try:
+                        await self.app(scope, receive, send_with_id)
+                    finally:
+                        tracing.set_http_status(root, record.status)
             else:
                 await self.app(scope, receive, send_with_id)
         finally:

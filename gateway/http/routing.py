@@ -81,7 +81,7 @@ class DirectRoutes:
         self.app = app
         self._handlers = exception_handlers
         self._routes: dict[tuple[str, str], tuple[JsonBodyRoute, Handler]] = {}
-        for route in _flatten(routes):
+        for route in flatten_routes(routes):
             if isinstance(route, JsonBodyRoute):
                 handler = route.get_route_handler()
                 for method in route.methods or ():
@@ -111,14 +111,14 @@ class DirectRoutes:
 def generation_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
     """The paths of the generation routes (every JsonBodyRoute): admission control bounds these,
     so a new API's generation endpoint is admitted as soon as its router uses the route class."""
-    return frozenset(route.path for route in _flatten(routes) if isinstance(route, JsonBodyRoute))
+    return frozenset(route.path for route in flatten_routes(routes) if isinstance(route, JsonBodyRoute))
 
 
-def _flatten(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+def flatten_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
     # FastAPI keeps an included router as one entry holding the router's own routes.
     for route in routes:
         included = getattr(route, "original_router", None)
         if included is not None:
-            yield from _flatten(included.routes)
+            yield from flatten_routes(included.routes)
         else:
             yield route

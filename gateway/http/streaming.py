@@ -14,7 +14,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.asyncutil import Started, started
 from gateway.config import Settings
-from gateway.errors import InvalidRequestError
+from gateway.errors import ClientDisconnectedError, InvalidRequestError
 from gateway.http.services import service
 
 T = TypeVar("T")
@@ -110,8 +110,9 @@ async def until_disconnect(request: Request, work: Awaitable[T]) -> T:
         return await task
     except asyncio.CancelledError:
         if watcher.done():
-            # The client is gone; nobody reads this error, but the status is logged as 499-like.
-            raise InvalidRequestError("client disconnected") from None
+            # The client is gone; nobody reads this answer, but its status (499) is what the
+            # access log, the metrics and the trace record.
+            raise ClientDisconnectedError("The client closed the connection before the response.") from None
         raise
     finally:
         watcher.cancel()

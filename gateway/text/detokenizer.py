@@ -14,9 +14,6 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from gateway.text.tokenizer import Tokenizer
 
-# How many prompt tokens seed the decoding window. SentencePiece-style tokenizers only know
-# that a token starts a word (and so needs its leading space) when something precedes it.
-PROMPT_CONTEXT_TOKENS = 5
 REPLACEMENT_CHAR = "\ufffd"
 
 
@@ -35,23 +32,45 @@ class TextDecoder(Protocol):
 
 
 class IncrementalDetokenizer:
-    """The prefix/read-offset scheme (TGI, vLLM).
+    """The prefix/read-offset scheme (TGI, vLLM), exact to the tokenizer's decoding of the
+    generated ids: the joined deltas equal `decode(all generated ids)`, however they are split.
 
     Each step decodes a short window twice, with and without the new tokens, and emits the
     difference. A window ending in U+FFFD is an incomplete multi-byte character: it is held
-    back until the next token completes it, or released by `flush` at the end.
+    back until the next token completes it, or released by `flush` at the end. A window ending in
+    a byte-fallback token (SentencePiece `<0xNN>`) is held back too, until a token of another kind
+    ends the run: the tokenizer decodes a run of byte tokens as one UTF-8 string, and one invalid
+    byte anywhere in it turns every byte of the run into U+FFFD, even bytes already seen.
+
+    No prompt tokens seed the window: the tokenizer's own decoding of the generated ids drops a
+    SentencePiece text's leading space, and so does this.
     """
 
-    __slots__ = ("_ids", "_prefix_offset", "_read_offset", "_skip_special", "_tokenizer")
+    __slots__ = (
+        "_byte_ids",
+        "_ids",
+        "_prefix_offset",
+        "_read_offset",
+        "_skip_special",
+        "_special_ids",
+        "_tokenizer",
+    )
 
     def __init__(
-        self, tokenizer: Decoder, prompt_ids: Sequence[int] = (), *, skip_special_tokens: bool = True
+        self,
+        tokenizer: Decoder,
+        *,
+        byte_ids: frozenset[int] = frozenset(),
+        special_ids: frozenset[int] = frozenset(),
+        skip_special_tokens: bool = True,
     ) -> None:
         self._tokenizer = tokenizer
         self._skip_special = skip_special_tokens
-        self._ids: list[int] = list(prompt_ids[-PROMPT_CONTEXT_TOKENS:])
+        self._byte_ids = byte_ids
+        self._special_ids = special_ids
+        self._ids: list[int] = []
         self._prefix_offset = 0
-        self._read_offset = len(self._ids)
+        self._read_offset = 0
 
     def push_ids(self, ids: Sequence[int]) -> str:
         if not ids:
@@ -65,7 +84,18 @@ class IncrementalDetokenizer:
     def flush(self) -> str:
         return self._emit(final=True)
 
+    def _in_byte_run(self) -> bool:
+        # Skipped special tokens vanish before decoding: the bytes on either side join one run.
+        for token in reversed(self._ids):
+            if token in self._byte_ids:
+                return True
+            if not (self._skip_special and token in self._special_ids):
+                return False
+        return False
+
     def _emit(self, *, final: bool) -> str:
+        if not final and self._byte_ids and self._in_byte_run():
+            return ""
         decode = self._tokenizer.decode
         window = self._ids[self._prefix_offset :]
         prefix_text = decode(window[: self._read_offset - self._prefix_offset], self._skip_special)
@@ -113,11 +143,14 @@ class ByteTableDecoder:
         return self._decoder.decode(b"", True)
 
 
-def ids_decoder(tokenizer: Tokenizer, prompt_ids: Sequence[int] = ()) -> TextDecoder:
-    """The decoder for a stream of token ids: by byte table where the tokenizer has one, else by window."""
+def ids_decoder(tokenizer: Tokenizer) -> TextDecoder:
+    """The decoder for a stream of generated ids: by byte table where the tokenizer has one, else
+    by window. Either way the text is the tokenizer's decoding of the ids (special tokens skipped)."""
     if tokenizer.token_bytes is not None:
         return ByteTableDecoder(tokenizer.token_bytes)
-    return IncrementalDetokenizer(tokenizer, prompt_ids)
+    return IncrementalDetokenizer(
+        tokenizer, byte_ids=tokenizer.byte_fallback_ids, special_ids=tokenizer.special_ids
+    )
 
 
 class Utf8TextAssembler:
@@ -126,17 +159,26 @@ class Utf8TextAssembler:
     Our postprocessing sends each token's exact bytes (possibly half a character); the stock one
     sends text it decoded alone. An incremental decoder is exact for the first and harmless for
     the second; an incomplete trailing character is held until completed or flushed.
+
+    `strip_prefix`: a whole result that repeats the prompt (a model set to echo it) starts with
+    the prompt's decoding; those bytes are cut where they are found at the start.
     """
 
-    __slots__ = ("_decoder",)
+    __slots__ = ("_decoder", "_prefix")
 
-    def __init__(self) -> None:
+    def __init__(self, strip_prefix: bytes = b"") -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._prefix = strip_prefix
 
     def push_ids(self, ids: Sequence[int]) -> str:
         raise TypeError("Utf8TextAssembler decodes text bytes, not token ids")
 
     def push_bytes(self, data: bytes) -> str:
+        if self._prefix:
+            # A prompt-echoing result arrives whole, in one response.
+            if data.startswith(self._prefix):
+                data = data[len(self._prefix) :]
+            self._prefix = b""
         return self._decoder.decode(data, final=False)
 
     def flush(self) -> str:

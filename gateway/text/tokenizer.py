@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidRequestError, ServerConfigError
+
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +36,18 @@ class ModelTextInfo:
     model_vocab_size: int | None = None
 
 
+# What AutoTokenizer loads a tokenizer from: a fast tokenizer's JSON, a SentencePiece or
+# tiktoken model, BPE vocab files, or a config naming the tokenizer class.
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "tiktoken.model",
+)
+
+
 class Tokenizer:
     """Wraps a Hugging Face fast tokenizer loaded from a local directory."""
 
@@ -41,11 +56,28 @@ class Tokenizer:
 
         self.path = Path(path)
         if not self.path.is_dir():
-            raise ServerConfigError(f"tokenizer directory {self.path} does not exist")
-        self._tok: Any = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+            what = "is not a directory" if self.path.exists() else "does not exist"
+            raise ServerConfigError(f"tokenizer directory {self.path} {what}")
+        if not any((self.path / name).is_file() for name in _TOKENIZER_FILES):
+            raise ServerConfigError(
+                f"tokenizer directory {self.path} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}): "
+                "give a local Hugging Face model or tokenizer directory"
+            )
+        try:
+            self._tok: Any = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
+        except Exception as exc:  # transformers raises many kinds, each a long story
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ServerConfigError(f"cannot load the tokenizer in {self.path}: {first}") from exc
         self._chat_template: str | None = None
         if chat_template_file is not None:
-            self._chat_template = Path(chat_template_file).read_text(encoding="utf-8")
+            try:
+                self._chat_template = Path(chat_template_file).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ServerConfigError(
+                    f"chat template {chat_template_file}: {exc.strerror or exc}"
+                    if isinstance(exc, OSError)
+                    else f"chat template {chat_template_file} is not UTF-8 text"
+                ) from None
         self.info = _read_model_info(self.path, self._tok)
         self.vocab_size = len(self._tok)
         # The Rust tokenizer behind a fast tokenizer does the same work without transformers'
@@ -61,6 +93,11 @@ class Tokenizer:
         self.token_bytes: tuple[bytes, ...] | None = (
             byte_level_table(self._backend) if self._backend is not None else None
         )
+        # SentencePiece byte-fallback tokens (`<0xNN>`): their runs decode as one UTF-8 string.
+        self.byte_fallback_ids: frozenset[int] = frozenset(
+            i for token, i in self._tok.get_vocab().items() if _BYTE_TOKEN.fullmatch(token)
+        )
+        self.special_ids: frozenset[int] = frozenset(int(i) for i in self._tok.all_special_ids)
         # See token_bound: the special tokens the template adds to any text, if the bound holds.
         self._specials_added: int | None = None
         if self._backend is not None and self.token_bytes is not None and _one_symbol_per_byte(self._backend):

@@ -147,11 +147,14 @@ def is_connection_failure(exc: BaseException) -> bool:
     return isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE
 
 
-def rpc_error(exc: BaseException | str, model: str) -> GatewayError:
-    """Map a gRPC failure, or an error message in a stream response, to the gateway's errors."""
+def rpc_error(exc: BaseException | str, model: str, url: str | None = None) -> GatewayError:
+    """Map a gRPC failure, or an error message in a stream response, to the gateway's errors.
+    With `url` (operators' messages, not clients'), an unreachable Triton is named with gRPC's reason."""
     if isinstance(exc, grpc.aio.AioRpcError):
         code = exc.code()
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+            if url is not None:
+                return EngineUnavailableError(f"Triton at {url} is unavailable: {unavailable_reason(exc)}")
             return EngineUnavailableError(f"Triton is unavailable ({code.name.lower()})")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return DeadlineExceededError("the request timed out in Triton")
@@ -163,3 +166,13 @@ def rpc_error(exc: BaseException | str, model: str) -> GatewayError:
     if "unknown model" in lowered or "not ready" in lowered or "unavailable" in lowered:
         return EngineUnavailableError(f"model {model!r} is not available in Triton: {message}")
     return EngineError(f"Triton failed the request: {message}")
+
+
+def unavailable_reason(exc: grpc.aio.AioRpcError) -> str:
+    """gRPC's own words for why a channel is down (refused, DNS, not a gRPC server), plus a hint
+    for the mistake behind the last: Triton's HTTP port given for its gRPC port."""
+    details = (exc.details() or exc.code().name.lower()).strip()
+    lowered = details.lower()
+    if "parsing http/2" in lowered or "http/1" in lowered:
+        details += " (is this Triton's HTTP port? The gateway speaks gRPC: 8001 by default)"
+    return details

@@ -9,7 +9,8 @@ and sent under whatever the model declares, never a guess.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -18,6 +19,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from gateway.engine import EngineInfo
 
 Route = Literal["ensemble", "engine"]
+# What a model entry asks for: "auto" takes the engine route when the ensemble's engine is served.
+RouteChoice = Literal["auto", "ensemble", "engine"]
 
 # Logical input names (the ensemble's names where it has them).
 PROMPT = "prompt"
@@ -127,6 +130,50 @@ class TensorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """What the engine model's own parameters say (its config's `parameters`), where the tensor
+    contract alone cannot tell: the same tensors are declared whether or not a feature is on."""
+
+    # The guided decoding backend when it is set up (`guided_decoding_backend` with the tokenizer
+    # information it needs); "" otherwise, and then guide inputs are declared but do nothing useful.
+    guided_backend: str = ""
+    # `exclude_input_in_output` model parameter: whole results leave the prompt out by default.
+    excludes_input: bool = False
+    # The ensemble's text_output, streamed and joined, is the exact text: our postprocessing says
+    # so (`text_output: token_bytes`); upstream's decodes each response alone.
+    exact_text_stream: bool = False
+
+
+def parameters(config: mc.ModelConfig) -> dict[str, str]:
+    """A model config's string parameters, without those a template left unfilled (`${name}`)."""
+    out = {}
+    for key, value in config.parameters.items():
+        text = value.string_value.strip()
+        if text and not text.startswith("${"):
+            out[key] = text
+    return out
+
+
+_TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
+# What each guided decoding backend needs besides its name (the TensorRT-LLM backend's own check).
+_GUIDED_NEEDS: dict[str, tuple[str, ...]] = {"xgrammar": ("tokenizer_dir", "xgrammar_tokenizer_info_path")}
+
+
+def engine_settings(
+    engine: Mapping[str, str] | None, postprocessing: Mapping[str, str] | None = None
+) -> EngineSettings:
+    engine = engine or {}
+    backend = engine.get("guided_decoding_backend", "").lower()
+    needs = _GUIDED_NEEDS.get(backend)
+    usable = backend if needs is not None and any(engine.get(k) for k in needs) else ""
+    return EngineSettings(
+        guided_backend=usable,
+        excludes_input=engine.get("exclude_input_in_output", "").lower() in _TRUE,
+        exact_text_stream=(postprocessing or {}).get("text_output") == "token_bytes",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Contract:
     model: str
     route: Route
@@ -135,6 +182,7 @@ class Contract:
     inputs: dict[str, TensorSpec]
     outputs: frozenset[str]
     declared_inputs: frozenset[str]
+    settings: EngineSettings = EngineSettings()
 
     @property
     def exposes_token_ids(self) -> bool:
@@ -142,11 +190,41 @@ class Contract:
 
     @property
     def native_num_sequences(self) -> bool:
-        return NUM_RETURN_SEQUENCES in self.inputs and SEQUENCE_INDEX in self.outputs
+        # Only a decoupled model can answer one request with several responses, one per sequence.
+        return self.decoupled and NUM_RETURN_SEQUENCES in self.inputs and SEQUENCE_INDEX in self.outputs
 
     @property
     def reports_token_counts(self) -> bool:
         return NUM_OUTPUT_TOKENS in self.outputs and RETURN_NUM_OUTPUT_TOKENS in self.inputs
+
+    @property
+    def counts_by_log_probs(self) -> bool:
+        """A text-only model without token counts still says how many tokens a response holds:
+        one log probability per generated token (every stock version has these tensors)."""
+        return RETURN_LOG_PROBS in self.inputs and OUTPUT_LOG_PROBS in self.outputs
+
+    @property
+    def usage_source(self) -> str:
+        if self.exposes_token_ids:
+            return "token ids"
+        if self.reports_token_counts:
+            return "num_output_tokens"
+        if self.counts_by_log_probs:
+            return "output_log_probs"
+        return "responses (approximate)"
+
+    def streams(self, stream: bool) -> bool:
+        """Whether a request is sent with `streaming` true. A decoupled engine streams whenever it
+        can (token ids are exact either way, and a stop string then cancels at once); a text-only
+        ensemble streams only a streamed request: its whole result is one exact decode."""
+        if not self.decoupled:
+            return False
+        return stream or self.route == "engine" or self.exposes_token_ids
+
+    def exact_stream(self) -> bool:
+        """Whether a streamed request's text is exact: from ids, from exact bytes, or from one
+        whole result (a model that cannot stream)."""
+        return self.exposes_token_ids or self.settings.exact_text_stream or not self.decoupled
 
     @property
     def logprobs(self) -> bool:
@@ -163,13 +241,19 @@ class Contract:
 
     @property
     def guided_decoding(self) -> bool:
-        return GUIDE_TYPE in self.inputs and GUIDE in self.inputs
+        return GUIDE_TYPE in self.inputs and GUIDE in self.inputs and bool(self.settings.guided_backend)
+
+    def repeats_prompt(self, stream: bool = True) -> bool:
+        """Whether a result starts with the prompt (cut by its ids' count, or by its decoded text):
+        only a whole, non-streamed result from a model that is neither told to exclude the input
+        (a request input) nor set to (the model parameter)."""
+        if self.streams(stream):
+            return False
+        return not (EXCLUDE_INPUT_IN_OUTPUT in self.inputs or self.settings.excludes_input)
 
     @property
-    def repeats_prompt(self) -> bool:
-        """Whether a result starts with the prompt's ids (cut by their count): only a whole,
-        non-streamed result from a model that cannot be told to exclude the input."""
-        return not (self.decoupled or EXCLUDE_INPUT_IN_OUTPUT in self.inputs)
+    def may_repeat_prompt(self) -> bool:
+        return self.repeats_prompt(stream=False) or self.repeats_prompt(stream=True)
 
     @property
     def variant(self) -> str:
@@ -189,13 +273,30 @@ class Contract:
             logprobs=self.logprobs,
             top_logprobs=self.top_logprobs,
             logit_bias=self.logit_bias,
-            needs_prompt_ids=self.route == "engine" or self.repeats_prompt,
+            needs_prompt_ids=self.route == "engine" or self.may_repeat_prompt,
+            repeats_prompt=(self.repeats_prompt(stream=True), self.repeats_prompt(stream=False)),
             inputs=self.declared_inputs,
             outputs=self.outputs,
+            route=self.route,
+            guided_backend=self.settings.guided_backend if self.guided_decoding else "",
+            exact_stream=self.exact_stream(),
+            usage_source=self.usage_source,
         )
 
     def with_decoupled(self, decoupled: bool) -> Contract:
-        return Contract(self.model, self.route, decoupled, self.inputs, self.outputs, self.declared_inputs)
+        return replace(self, decoupled=decoupled)
+
+    def with_settings(self, settings: EngineSettings) -> Contract:
+        return replace(self, settings=settings)
+
+
+def is_engine(config: mc.ModelConfig) -> bool:
+    """Whether a model speaks the `tensorrt_llm` contract (token ids in, output_ids out)."""
+    try:
+        read_contract(config, "engine")
+    except ContractError:
+        return False
+    return True
 
 
 class ContractError(ValueError):

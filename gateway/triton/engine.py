@@ -12,8 +12,10 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 
 import grpc
+from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2
 
 from gateway import tracing
@@ -22,7 +24,7 @@ from gateway.config import ServedModel
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
-from gateway.triton.connection import is_connection_failure, rpc_error
+from gateway.triton.connection import TritonConnection, is_connection_failure, rpc_error
 from gateway.triton.pool import Endpoint, TritonPool
 from gateway.triton.tensors import (
     ParsedResponse,
@@ -35,20 +37,48 @@ from gateway.triton.tensors import (
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class RouteChoice:
+    """Which Triton model a served model's requests go to, on which route, and why."""
+
+    route: c.Route
+    model: str
+    reason: str
+    # The engine model among the ensemble's steps (for `stop` requests on the ensemble route).
+    engine: str | None = None
+
+
 class TritonAdapter:
+    """The Engine protocol over one served model.
+
+    `route` "auto" (the default) looks into the ensemble's `ensemble_scheduling`: when one of its
+    steps is a `tensorrt_llm` model (by its tensors, not its name) that Triton serves, requests go
+    straight to it with token ids (exact text, no Python pre/post-processing in Triton); otherwise
+    through the ensemble. "ensemble" and "engine" force a route.
+    """
+
     def __init__(
-        self, pool: TritonPool, model: str, route: c.Route = "ensemble", *, engine_model: str | None = None
+        self,
+        pool: TritonPool,
+        model: str,
+        route: c.RouteChoice = "auto",
+        *,
+        engine_model: str | None = None,
     ) -> None:
         self._pool = pool
-        self._model = model
-        self._route = route
-        # For the ensemble route: the engine model to send `stop` requests to, if it has that input.
+        # The model entry's Triton model (normally the ensemble); requests go to self._model.
+        self._entry_model = model
+        self._model = engine_model if route == "engine" and engine_model else model
+        self._requested_route = route
         self._engine_model = engine_model
         self._cancel_model: str | None = None
         self._contract: c.Contract | None = None
+        self._choice: RouteChoice | None = None
         self._info: tuple[c.Contract, EngineInfo] | None = None
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        # Why the last readiness check found the model unavailable (None: it was ready).
+        self.unready_reason: str | None = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -59,12 +89,20 @@ class TritonAdapter:
         return self._contract
 
     @property
+    def route_choice(self) -> RouteChoice:
+        if self._choice is None:
+            raise EngineUnavailableError(f"Triton model {self._model!r} is not available yet")
+        return self._choice
+
+    @property
     def info(self) -> EngineInfo:
         k = self.contract
         # Asked for several times per request: made once per contract learned.
         if self._info is not None and self._info[0] is k:
             return self._info[1]
         info = k.capabilities()
+        if self._choice is not None:
+            info = replace(info, route_reason=self._choice.reason)
         self._info = (k, info)
         return info
 
@@ -79,57 +117,123 @@ class TritonAdapter:
                 endpoint = self._pool.pick(tried)
                 tried.append(endpoint)
                 try:
-                    contract = await self._read_contract(endpoint)
+                    choice, contract = await self._read_contract(endpoint)
                 except grpc.aio.AioRpcError as exc:
-                    last = rpc_error(exc, self._model)
+                    last = rpc_error(exc, self._model, url=endpoint.url)
                     continue
+                self._choice = choice
+                self._model = choice.model
                 self._contract = contract
                 logger.info(
-                    "model %s: %s contract, decoupled=%s, output_ids=%s, native n=%s",
-                    self._model,
+                    "model %s: %s route (%s); %s contract, decoupled=%s, output_ids=%s, native n=%s",
+                    self._entry_model,
+                    choice.route,
+                    choice.reason,
                     contract.variant,
                     contract.decoupled,
                     contract.exposes_token_ids,
                     contract.native_num_sequences,
                 )
+                if not contract.exact_stream():
+                    logger.warning(
+                        "streamed text through ensemble %s is lossy (%s): its postprocessing decodes "
+                        "each response's tokens alone (lost SentencePiece spaces, U+FFFD for split "
+                        "characters). Non-streamed requests are exact. Fix: use the engine route "
+                        "(the default when Triton serves the ensemble's tensorrt_llm model).",
+                        choice.model,
+                        choice.reason,
+                    )
                 return contract
             raise last
 
-    async def _read_contract(self, endpoint: Endpoint) -> c.Contract:
+    async def _choose_route(self, conn: TritonConnection) -> tuple[RouteChoice, mc.ModelConfig]:
+        """Which model and route; returns the chosen model's config too."""
+        requested, entry = self._requested_route, self._entry_model
+        if requested == "engine" and self._engine_model:
+            config = await conn.model_config(self._engine_model)
+            return RouteChoice("engine", self._engine_model, "route=engine configured"), config
+        config = await conn.model_config(entry)
+        steps = [step.model_name for step in config.ensemble_scheduling.step]
+        if not steps:
+            if c.is_engine(config) and requested != "ensemble":
+                return RouteChoice("engine", entry, f"{entry} is a tensorrt_llm model itself"), config
+            reason = f"{entry} is not an ensemble of a tensorrt_llm model"
+            return RouteChoice("ensemble", entry, reason), config
+        engine: str | None = None
+        engine_config: mc.ModelConfig | None = None
+        for name in steps:
+            if self._engine_model and name != self._engine_model:
+                continue
+            sub = await conn.model_config(name)
+            if c.is_engine(sub):
+                engine, engine_config = name, sub
+                break
+        if requested == "ensemble":
+            return RouteChoice("ensemble", entry, "route=ensemble configured", engine), config
+        if engine is None or engine_config is None:
+            if requested == "engine":
+                raise EngineUnavailableError(
+                    f"route=engine: no step of {entry}'s ensemble_scheduling is a tensorrt_llm model "
+                    "(name one with engine_model=...)"
+                )
+            return RouteChoice("ensemble", entry, f"no step of {entry} is a tensorrt_llm model", None), config
+        if requested == "engine":
+            return RouteChoice("engine", engine, f"route=engine configured; {engine} from {entry}'s steps"), (
+                engine_config
+            )
+        if not await conn.model_ready(engine):
+            return RouteChoice("ensemble", entry, f"{entry}'s engine {engine} is not ready", engine), config
+        reason = f"Triton serves {entry}'s tensorrt_llm step {engine}: token ids go straight to it"
+        return RouteChoice("engine", engine, reason, engine), engine_config
+
+    async def _read_contract(self, endpoint: Endpoint) -> tuple[RouteChoice, c.Contract]:
         conn = endpoint.connection
-        config = await conn.model_config(self._model)
+        choice, config = await self._choose_route(conn)
+        if choice.route == "engine":
+            contract = c.read_contract(config, "engine")
+            return choice, contract.with_settings(c.engine_settings(c.parameters(config)))
         # Ensembles rarely declare decoupled themselves: they are when a composing model is.
         decoupled = bool(config.model_transaction_policy.decoupled)
+        engine_params: dict[str, str] | None = None
+        text_params: dict[str, str] | None = None
         for step in config.ensemble_scheduling.step:
             sub = await conn.model_config(step.model_name)
             decoupled = decoupled or bool(sub.model_transaction_policy.decoupled)
-        if self._route == "ensemble" and self._engine_model is not None:
-            steps = {step.model_name for step in config.ensemble_scheduling.step}
-            if self._engine_model in steps:
-                engine = await conn.model_config(self._engine_model)
-                if any(i.name == "stop" for i in engine.input):
-                    self._cancel_model = self._engine_model
-        return c.read_contract(config, self._route).with_decoupled(decoupled)
+            if step.model_name == choice.engine:
+                engine_params = c.parameters(sub)
+                if any(i.name == "stop" for i in sub.input):
+                    self._cancel_model = step.model_name
+            if c.TEXT_OUTPUT in step.output_map.values():
+                text_params = c.parameters(sub)
+        contract = c.read_contract(config, "ensemble").with_decoupled(decoupled)
+        return choice, contract.with_settings(c.engine_settings(engine_params, text_params))
 
     async def ensure_ready(self) -> None:
         if self._contract is None:
             await self.introspect()
 
     async def is_ready(self) -> bool:
-        """Ready when any endpoint serves the model."""
+        """Ready when any endpoint serves the model; if none does, `unready_reason` says why."""
+        reasons = []
         for endpoint in self._pool.endpoints:
             conn = endpoint.connection
             try:
                 ready = await conn.model_ready(self._model)
-            except grpc.aio.AioRpcError:
-                ready = False
-            if ready:
-                if self._contract is None:
-                    try:
-                        await self.introspect()
-                    except GatewayError:
-                        return False
-                return True
+            except grpc.aio.AioRpcError as exc:
+                reasons.append(rpc_error(exc, self._model, url=endpoint.url).message)
+                continue
+            if not ready:
+                reasons.append(f"Triton at {endpoint.url} has no model {self._model!r} ready")
+                continue
+            if self._contract is None:
+                try:
+                    await self.introspect()
+                except GatewayError as exc:
+                    self.unready_reason = exc.message
+                    return False
+            self.unready_reason = None
+            return True
+        self.unready_reason = "; ".join(reasons) or None
         return False
 
     async def close(self) -> None:
@@ -168,7 +272,7 @@ class TritonAdapter:
         num_sequences: int,
         index: int,
     ) -> AsyncIterator[GenerationDelta]:
-        streaming = contract.decoupled
+        streaming = contract.streams(request.stream)
         # Numeric ids: older TensorRT-LLM backends only accept request ids that parse as integers,
         # and the id is what a `stop` request uses to find this request in the engine.
         triton_id = str(random.getrandbits(63))
@@ -181,7 +285,9 @@ class TritonAdapter:
             stream=streaming,
         )
 
-        strip = len(request.prompt_ids) if contract.repeats_prompt else 0
+        # Ids that repeat the prompt are cut here; a text that does is cut by the serving layer.
+        strip = len(request.prompt_ids) if contract.repeats_prompt(request.stream) else 0
+        single = not contract.decoupled
         tried: list[Endpoint] = []
         while True:
             endpoint = self._pool.pick(tried)
@@ -193,7 +299,7 @@ class TritonAdapter:
             )
             try:
                 async for parsed in self._call(
-                    endpoint, infer_request, single=not streaming, request_id=triton_id, span=span
+                    endpoint, infer_request, single=single, request_id=triton_id, span=span
                 ):
                     if first:
                         self._pool.succeeded(endpoint)
@@ -207,9 +313,13 @@ class TritonAdapter:
                         count = len(ids)
                     elif parsed.num_output_tokens is not None:
                         count = parsed.num_output_tokens
+                    elif not streaming and parsed.log_probs is not None:
+                        # A whole text-only result: one log probability per generated token.
+                        count = len(parsed.log_probs)
                     else:
-                        # A streamed response is one decoding step: one token.
-                        count = 1 if parsed.text else 0
+                        # A streamed response is one decoding step: one token, whatever its text
+                        # decodes to (a token alone may decode to nothing).
+                        count = 1
                     yield GenerationDelta(
                         index=index + parsed.index,
                         token_ids=ids,
@@ -306,8 +416,6 @@ class _Failover(Exception):
 
 
 def adapter_for(pool: TritonPool, model: ServedModel) -> TritonAdapter:
-    """The Triton adapter for one served model on its route: the one place the app and `gateway
-    check` build it."""
-    if model.route == "engine":
-        return TritonAdapter(pool, model.engine_model, route="engine")
-    return TritonAdapter(pool, model.triton_model, route="ensemble", engine_model=model.engine_model)
+    """The Triton adapter for one served model (its route chosen at introspection unless forced):
+    the one place the app and `gateway check` build it."""
+    return TritonAdapter(pool, model.triton_model, model.route, engine_model=model.engine_model)

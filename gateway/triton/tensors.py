@@ -148,6 +148,8 @@ def build_request(
     outputs = requested_outputs(contract, num_sequences=num_sequences, stream=stream)
     if c.NUM_OUTPUT_TOKENS in outputs:
         values[c.RETURN_NUM_OUTPUT_TOKENS] = True
+    if c.OUTPUT_LOG_PROBS in outputs:
+        values[c.RETURN_LOG_PROBS] = True
     if request.logprobs is not None and contract.logprobs:
         values[c.RETURN_LOG_PROBS] = True
         outputs.append(c.OUTPUT_LOG_PROBS)
@@ -198,6 +200,9 @@ def requested_outputs(contract: c.Contract, *, num_sequences: int = 1, stream: b
         wanted = [c.TEXT_OUTPUT]
         if contract.reports_token_counts:
             wanted.append(c.NUM_OUTPUT_TOKENS)
+        elif not stream and contract.counts_by_log_probs:
+            # A whole result's token count, where the model has no num_output_tokens (up to v0.19).
+            wanted.append(c.OUTPUT_LOG_PROBS)
     if num_sequences > 1:
         wanted.append(c.SEQUENCE_INDEX)
     return [n for n in wanted if n in contract.outputs]

@@ -87,6 +87,8 @@ async def test_stream_with_usage_ends_with_a_usage_chunk(make_client: MakeClient
     chunks = chunks_of(r.text)
     for c in chunks[:-1]:
         validate("CreateCompletionResponse.stream", c)
+        # As chat chunks, and as OpenAI streams completions: null until the last chunk.
+        assert "usage" in c and c["usage"] is None
     assert chunks[-1]["choices"] == []
     usage = chunks[-1]["usage"]
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]

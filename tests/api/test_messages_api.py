@@ -371,6 +371,8 @@ async def test_a_claude_code_shaped_request_streams_to_message_stop(make_client:
     client, engine = await make_client(model={"tool_parser": "hermes", "max_model_len": 65536})
     r = await client.post(cc.PATH, json=cc.request(), headers=cc.HEADERS)
     assert r.status_code == 200, r.text
+    # Accepted, not used, and said so.
+    assert set(r.headers["x-gateway-ignored-fields"].split(", ")) == {"context_management"}
     events = events_of(r.text)
     assert events[0]["type"] == "message_start" and events[-1]["type"] == "message_stop"
     message = accumulate(events)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 from prometheus_client import generate_latest
@@ -170,3 +171,23 @@ async def test_prompt_and_max_tokens_limits(make_client: MakeClient) -> None:
             400,
             param=field,
         )
+
+
+@pytest.mark.parametrize(("header", "level"), [("0.05", logging.INFO), (None, logging.ERROR)])
+async def test_a_deadline_the_client_chose_is_not_logged_as_a_server_error(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture, header: str | None, level: int
+) -> None:
+    client, _ = await make_client(
+        settings={"request_timeout_s": 1.0 if header else 0.05}, gate=asyncio.Event()
+    )
+    caplog.set_level(logging.INFO, logger="gateway.core")
+    r = await client.post(
+        "/v1/chat/completions",
+        json={"model": "tiny", "messages": USER, "stream": True},
+        headers={"X-Request-Timeout": header} if header else {},
+    )
+    assert '"code":"timeout"' in r.text
+    (record,) = [rec for rec in caplog.records if rec.getMessage().startswith("stream failed")]
+    assert record.levelno == level
+    if header:
+        assert "it asked for (X-Request-Timeout)" in record.getMessage()

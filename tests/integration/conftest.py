@@ -24,7 +24,7 @@ from deploy.devstack import TritonServer
 from deploy.model_repo import render_repository
 from deploy.tiny_model import build_tiny_model
 
-STARTUP_TIMEOUT_S = 300.0
+STARTUP_TIMEOUT_S = 600.0
 SYNTHETIC_STEP_MS = 20.0
 
 
@@ -42,6 +42,9 @@ class StackModel:
     variant: str
     engine_mode: str
     output_ids: bool
+    # Rendered like upstream's repository (see STOCK below).
+    stock: bool = False
+    decoupled: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +90,30 @@ STACK_LAYOUT: dict[str, tuple[str, str, str, bool]] = {
     "bpe_stock": ("bpe", "current", "model", False),
     "bpe_synthetic": ("bpe", "current", "synthetic", True),
 }
+# Stock-faithful ensembles, as users run upstream's repositories: postprocessing decoding each
+# response alone (one per tokenizer, shared), text-only outputs, the tokenizer's preprocessing of
+# the repositories above. key: (tokenizer kind, variant, decoupled, the engine: a repository above
+# whose engine it composes, or None for its own). Engines are what a stack pays for (a torch
+# process each), so the decoupled ones are shared with the repositories above; the others are
+# rendered as upstream's quick start leaves them (guided_decoding_backend unset), legacy ones with
+# exclude_input_in_output as upstream's guides set it.
+STOCK_LAYOUT: dict[str, tuple[str, str, bool, str | None]] = {
+    "stock_bpe_current_decoupled": ("bpe", "current", True, "bpe_current"),
+    "stock_bpe_legacy_decoupled": ("bpe", "legacy", True, "bpe_legacy"),
+    "stock_metaspace_current_decoupled": ("metaspace", "current", True, "metaspace_current"),
+    "stock_metaspace_legacy_decoupled": ("metaspace", "legacy", True, None),
+    "stock_bpe_current_whole": ("bpe", "current", False, None),
+    "stock_bpe_legacy_whole": ("bpe", "legacy", False, None),
+    "stock_metaspace_current_whole": ("metaspace", "current", False, None),
+    "stock_metaspace_legacy_whole": ("metaspace", "legacy", False, None),
+}
+PREPROCESSING_OF = {"bpe": "bpe_current", "metaspace": "metaspace_current"}
 
 
 @pytest.fixture(scope="session")
 def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonStack]:
     root = tmp_path_factory.mktemp("triton_stack")
-    model_dirs = {kind: build_tiny_model(kind) for kind in {layout[0] for layout in STACK_LAYOUT.values()}}
+    model_dirs = {kind: build_tiny_model(kind) for kind in ("bpe", "metaspace")}
     models: dict[str, StackModel] = {}
     repositories = []
     for key, (kind, variant, mode, output_ids) in STACK_LAYOUT.items():
@@ -119,6 +140,61 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
             variant=variant,
             engine_mode=mode,
             output_ids=output_ids,
+        )
+    for kind in ("bpe", "metaspace"):
+        variables = {
+            "tokenizer_dir": model_dirs[kind],
+            "name_prefix": f"stock_{kind}_",
+            "stock_postprocessing": True,
+        }
+        repositories.append(
+            render_repository(
+                root / f"stock_{kind}",
+                backend="cpu",
+                variant="current",
+                variables=variables,
+                models=("postprocessing",),
+            )
+        )
+    for key, (kind, variant, decoupled, shared) in STOCK_LAYOUT.items():
+        prefix = f"{key}_"
+        engine = models[shared].engine if shared else f"{prefix}tensorrt_llm"
+        variables = {
+            "tokenizer_dir": model_dirs[kind],
+            "name_prefix": prefix,
+            "ensemble_output_ids": False,
+            "decoupled": decoupled,
+            "guided_decoding_backend": "",
+            "exclude_input_in_output": variant == "legacy",
+            "preprocessing_model": models[PREPROCESSING_OF[kind]].preprocessing,
+            "postprocessing_model": f"stock_{kind}_postprocessing",
+            "engine_model": engine,
+        }
+        repositories.append(
+            render_repository(
+                root / key,
+                backend="cpu",
+                variant=variant,
+                variables=variables,
+                models=("ensemble",) if shared else ("tensorrt_llm", "ensemble"),
+                composed=[
+                    d for d in repositories if d.name in (PREPROCESSING_OF[kind], f"stock_{kind}", shared)
+                ],
+            )
+        )
+        models[key] = StackModel(
+            key=key,
+            ensemble=f"{prefix}ensemble",
+            engine=engine,
+            preprocessing=models[PREPROCESSING_OF[kind]].preprocessing,
+            postprocessing=f"stock_{kind}_postprocessing",
+            tokenizer_dir=model_dirs[kind],
+            tokenizer_kind=kind,
+            variant=variant,
+            engine_mode="model",
+            output_ids=False,
+            stock=True,
+            decoupled=decoupled,
         )
     server = TritonServer(repositories, work_dir=root / "server")
     server.start()

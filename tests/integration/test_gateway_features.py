@@ -34,7 +34,7 @@ WEATHER = {
 def gateway(triton_stack: TritonStack) -> Iterator[GatewayProcess]:
     m = triton_stack.models["bpe_current"]
     specs = [
-        f"name=tiny,tokenizer={m.tokenizer_dir},triton_model={m.ensemble},engine_model={m.engine},tool_parser=hermes",
+        f"name=tiny,tokenizer={m.tokenizer_dir},triton_model={m.ensemble},route=ensemble,tool_parser=hermes",
         f"name=tiny-engine,tokenizer={m.tokenizer_dir},route=engine,engine_model={m.engine},tool_parser=hermes",
     ]
     args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning"]

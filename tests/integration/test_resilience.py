@@ -38,7 +38,7 @@ def gateway_args(*urls: str, tokenizer_dir: Path) -> list[str]:
         "--log-level",
         "warning",
         "--model",
-        f"name=syn,tokenizer={tokenizer_dir},triton_model={PREFIX}ensemble,engine_model={PREFIX}tensorrt_llm",
+        f"name=syn,tokenizer={tokenizer_dir},triton_model={PREFIX}ensemble,route=ensemble",
     ]
     for url in urls:
         args += ["--triton-url", url]

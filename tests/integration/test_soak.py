@@ -38,7 +38,7 @@ async def test_a_thousand_concurrent_streams_with_no_errors_and_bounded_memory(t
             "--log-level",
             "warning",
             "--model",
-            f"name=syn,tokenizer={tokenizer_dir},triton_model=ensemble,engine_model=tensorrt_llm",
+            f"name=syn,tokenizer={tokenizer_dir},triton_model=ensemble,route=ensemble",
         ]
         with GatewayProcess(args) as gw:
             result = await soak_open_streams(

@@ -30,6 +30,8 @@ class FakeEngine:
     # Wait on this event before each delta (tests pace the stream with it).
     gate: asyncio.Event | None = None
     requests: list[GenerationRequest] = field(default_factory=list)
+    # Set when a request reaches the engine.
+    started: asyncio.Event = field(default_factory=asyncio.Event)
     active: set[str] = field(default_factory=set)
     cancelled: list[str] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
@@ -61,6 +63,7 @@ class FakeEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         self.requests.append(request)
         self.active.add(request.request_id)
+        self.started.set()
         sent = 0
         finished = False
         try:

@@ -52,6 +52,10 @@ def _with_streamed_completion_schema(doc: dict[str, Any]) -> dict[str, Any]:
     streamed["properties"]["choices"]["items"]["properties"]["finish_reason"] = {
         "anyOf": [finish, {"type": "null"}]
     }
+    # Likewise `usage: null` on every chunk but the last when include_usage is set (as chat
+    # chunks, whose schema says so).
+    usage = streamed["properties"]["usage"]
+    streamed["properties"]["usage"] = {"anyOf": [usage, {"type": "null"}]}
     schemas["CreateCompletionResponse.stream"] = streamed
     return doc
 

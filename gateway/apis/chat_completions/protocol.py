@@ -47,6 +47,51 @@ class ChatMessageIn(BaseModel):
     tool_call_id: str | None = None
 
 
+# Every top-level field OpenAI's API reference defines for this request: a field named here
+# is never "unrecognized", even where the gateway has no use for it (`store`, `metadata`, ...).
+OPENAI_FIELDS = frozenset(
+    [
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "messages",
+        "metadata",
+        "modalities",
+        "model",
+        "moderation",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+    ]
+)
+
+
 class ChatCompletionRequest(GenerationFields):
     messages: Annotated[list[ChatMessageIn], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None

@@ -10,6 +10,7 @@ from typing import Any
 from gateway import tracing
 from gateway.apis.chat_completions.logprobs import chat_logprobs
 from gateway.apis.chat_completions.protocol import (
+    OPENAI_FIELDS,
     ChatCompletion,
     ChatCompletionChoice,
     ChatCompletionMessage,
@@ -18,6 +19,7 @@ from gateway.apis.chat_completions.protocol import (
     TextContentPart,
 )
 from gateway.apis.chat_completions.stream import ChatChunkWriter
+from gateway.apis.openai.fields import check_stream_options, ignored_fields, note_ignored_fields
 from gateway.apis.openai.protocol import CompletionUsage
 from gateway.apis.openai.sse import DONE, error_event
 from gateway.core import validation as v
@@ -45,9 +47,10 @@ class ChatCompletionsService(GenerationService):
     async def prepare(
         self, body: ChatCompletionRequest, *, timeout_s: float | None = None
     ) -> PreparedRequest:
+        note_ignored_fields(ignored_fields(body, OPENAI_FIELDS, strict=self._limits.reject_unknown_fields))
+        check_stream_options(body.stream, body.stream_options)
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        v.log_unknown_fields(body.model_extra)
         n = v.choose_n(body.n, self._limits)
         stops = v.stop_strings(body.stop, self._limits)
         plan = plan_output(
@@ -94,6 +97,7 @@ class ChatCompletionsService(GenerationService):
             guide=plan.guide,
             logprobs=logprobs,
             logit_bias=bias,
+            stream=bool(body.stream),
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return PreparedRequest(
@@ -102,6 +106,7 @@ class ChatCompletionsService(GenerationService):
             response_id,
             include_usage=include_usage,
             timeout_s=v.request_deadline(self._limits, timeout_s),
+            client_deadline=v.client_chose_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
             logprobs=logprobs,

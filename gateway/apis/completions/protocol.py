@@ -8,6 +8,31 @@ from pydantic import BaseModel, Field
 
 from gateway.apis.openai.protocol import CompletionUsage, GenerationFields
 
+# Every top-level field OpenAI's API reference defines for this request: a field named here
+# is never "unrecognized", even where the gateway has no use for it (`store`, `metadata`, ...).
+OPENAI_FIELDS = frozenset(
+    [
+        "best_of",
+        "echo",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "model",
+        "n",
+        "presence_penalty",
+        "prompt",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "suffix",
+        "temperature",
+        "top_p",
+        "user",
+    ]
+)
+
 
 class CompletionRequest(GenerationFields):
     prompt: str | list[str] | list[int] | list[list[int]]

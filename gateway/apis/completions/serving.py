@@ -8,8 +8,9 @@ from typing import Any, cast
 
 from gateway import tracing
 from gateway.apis.completions import logprobs as lp
-from gateway.apis.completions.protocol import Completion, CompletionChoice, CompletionRequest
+from gateway.apis.completions.protocol import OPENAI_FIELDS, Completion, CompletionChoice, CompletionRequest
 from gateway.apis.completions.stream import CompletionChunkWriter
+from gateway.apis.openai.fields import check_stream_options, ignored_fields, note_ignored_fields
 from gateway.apis.openai.protocol import CompletionUsage
 from gateway.apis.openai.sse import DONE, error_event
 from gateway.core import validation as v
@@ -30,9 +31,10 @@ class CompletionsService(GenerationService):
         self, body: CompletionRequest, *, timeout_s: float | None = None
     ) -> tuple[PreparedRequest, list[str]]:
         """Everything that can fail before generation starts, so it fails with a proper status."""
+        note_ignored_fields(ignored_fields(body, OPENAI_FIELDS, strict=self._limits.reject_unknown_fields))
+        check_stream_options(body.stream, body.stream_options)
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        v.log_unknown_fields(body.model_extra)
         _reject_unsupported(body)
         n = v.choose_n(body.n, self._limits)
         stops = v.stop_strings(body.stop, self._limits)
@@ -61,6 +63,7 @@ class CompletionsService(GenerationService):
                     first_index=i * n,
                     logprobs=logprobs,
                     logit_bias=bias,
+                    stream=bool(body.stream),
                 )
             )
             echoes.append(text if body.echo else "")
@@ -71,6 +74,7 @@ class CompletionsService(GenerationService):
             response_id,
             include_usage=include_usage,
             timeout_s=v.request_deadline(self._limits, timeout_s),
+            client_deadline=v.client_chose_deadline(self._limits, timeout_s),
             logprobs=logprobs,
         ), echoes
 
@@ -104,7 +108,12 @@ class CompletionsService(GenerationService):
         )
 
     async def stream(self, prepared: PreparedRequest, echoes: list[str]) -> AsyncGenerator[bytes, None]:
-        writer = CompletionChunkWriter(prepared.response_id, prepared.created, prepared.runtime.name)
+        writer = CompletionChunkWriter(
+            prepared.response_id,
+            prepared.created,
+            prepared.runtime.name,
+            include_usage=prepared.include_usage,
+        )
         try:
             n = len(prepared.generations[0].choices)
             blocks = _logprob_blocks(prepared, echoes, n)

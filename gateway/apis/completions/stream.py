@@ -10,26 +10,29 @@ from gateway.apis.openai.sse import dump, head, usage_dict
 
 
 class CompletionChunkWriter:
-    # Unlike chat chunks, completion chunks leave `usage` out until the last one: the published
-    # schema does not allow it to be null there.
-    __slots__ = ("_base", "_head")
+    # As chat chunks and as OpenAI streams them: with usage asked for, every chunk but the last
+    # carries `usage: null` (the published schema shares one object with the non-streamed
+    # response and does not say so).
+    __slots__ = ("_base", "_head", "_tail")
 
-    def __init__(self, completion_id: str, created: int, model: str) -> None:
+    def __init__(self, completion_id: str, created: int, model: str, *, include_usage: bool = False) -> None:
         self._base = {"id": completion_id, "object": "text_completion", "created": created, "model": model}
         self._head = head(self._base)
+        self._tail = b'}],"usage":null}\n\n' if include_usage else b"}]}\n\n"
 
     def text(
         self, index: int, text: str, finish_reason: str | None = None, logprobs: dict[str, Any] | None = None
     ) -> bytes:
         # dump({**base, "choices": [{"index": index, "text": text, "logprobs": logprobs,
-        # "finish_reason": finish_reason}]})
+        # "finish_reason": finish_reason}]} (+ "usage": None with include_usage))
         dumps = orjson.dumps
-        return b'%b%d,"text":%b,"logprobs":%b,"finish_reason":%b}]}\n\n' % (
+        return b'%b%d,"text":%b,"logprobs":%b,"finish_reason":%b%b' % (
             self._head,
             index,
             dumps(text),
             dumps(logprobs),
             dumps(finish_reason),
+            self._tail,
         )
 
     def usage(self, prompt_tokens: int, completion_tokens: int) -> bytes:

@@ -31,9 +31,19 @@ from gateway.core.generation import (
 from gateway.core.models import ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
 from gateway.engine import SamplingParams
+from gateway.logs import current_request
 from gateway.text.reasoning import get_format
 
 _ID_ALPHABET = string.ascii_letters + string.digits
+
+
+def _note_ignored(extra: dict[str, object] | None) -> None:
+    """Fields Anthropic defines that the gateway does not use (`context_management`, betas'
+    fields) are accepted, as the Messages API must for agents; the access log and the
+    `x-gateway-ignored-fields` header name them."""
+    record = current_request.get()
+    if record is not None and extra:
+        record.ignored_fields = tuple(extra)
 
 
 def new_message_id() -> str:
@@ -73,7 +83,7 @@ class MessagesService(GenerationService):
     async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedMessage:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        v.log_unknown_fields(body.model_extra)
+        _note_ignored(body.model_extra)
         chat = to_chat(body, max_tokens=body.max_tokens)
         stops = v.stop_strings(body.stop_sequences, self._limits)
         prompt, plan = self._render(runtime, chat)
@@ -137,7 +147,7 @@ class MessagesService(GenerationService):
     async def count_tokens(self, body: MessageCountTokensRequest) -> MessageTokensCount:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
-        v.log_unknown_fields(body.model_extra)
+        _note_ignored(body.model_extra)
         prompt, _ = self._render(runtime, to_chat(body))
         ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
         return MessageTokensCount(input_tokens=len(ids))

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Request
 from gateway.apis.models.protocol import Model, ModelList
 from gateway.apis.openai.errors import ERROR_RESPONSES
 from gateway.core.models import ModelRegistry
+from gateway.errors import NotFoundError
 from gateway.http.services import service
 
 router = APIRouter(responses=ERROR_RESPONSES)
@@ -18,7 +19,16 @@ async def list_models(request: Request) -> ModelList:
     return ModelList(data=[Model(id=m.name, created=m.created, owned_by="triton") for m in registry])
 
 
+# HEAD as for GET (probes), kept out of the OpenAPI document, which describes OpenAI's API.
+router.add_api_route("/v1/models", list_models, methods=["HEAD"], include_in_schema=False)
+
+
 @router.get("/v1/models/{model:path}", response_model=Model)
 async def retrieve_model(model: str, request: Request) -> Model:
+    if not model:
+        raise NotFoundError(
+            "Unknown request URL: GET /v1/models/ names no model. "
+            "List models with GET /v1/models, or retrieve one with GET /v1/models/{model}."
+        )
     runtime = service(request, ModelRegistry).get(model)
     return Model(id=runtime.name, created=runtime.created, owned_by="triton")

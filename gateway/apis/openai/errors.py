@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from gateway.apis.openai.protocol import ErrorResponse
 from gateway.errors import (
@@ -22,6 +23,7 @@ from gateway.errors import (
     to_gateway_error,
 )
 from gateway.http.middleware import ErrorShape
+from gateway.http.routing import flatten_routes
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +103,17 @@ def validation_error(exc: RequestValidationError) -> GatewayError:
     return InvalidRequestError(f"Invalid request: {detail}", param=param)
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (for the 405's Allow header, RFC 9110):
+    Starlette's own header names only the first route that matched the path."""
+    methods: set[str] = set()
+    for route in flatten_routes(request.app.routes):
+        match, _ = route.matches({**request.scope, "method": "__none__"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI, error_shape: ErrorShape) -> None:
     """The app's handlers: OpenAI's bodies, except on the paths `error_shape` gives another API
     (errors outside that API's routes there: an unknown method or sub-path, a body too large)."""
@@ -123,7 +136,12 @@ def install_error_handlers(app: FastAPI, error_shape: ErrorShape) -> None:
         if exc.status_code == 404:
             error = NotFoundError(f"Unknown request URL: {request.method} {request.url.path}.")
         elif exc.status_code == 405:
-            error = MethodNotAllowedError(f"Method {request.method} is not allowed for {request.url.path}.")
+            allowed = allowed_methods(request)
+            error = MethodNotAllowedError(
+                f"Method {request.method} is not allowed for {request.url.path}"
+                + (f"; use {', '.join(allowed)}." if allowed else "."),
+                headers={"Allow": ", ".join(allowed)} if allowed else None,
+            )
         elif exc.status_code == 413:
             error = PayloadTooLargeError(str(exc.detail))
         else:

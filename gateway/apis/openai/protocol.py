@@ -9,6 +9,77 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # ---------------------------------------------------------------- requests
 
+# Fields other OpenAI-compatible servers and routers define (vLLM, SGLang, OpenRouter, LiteLLM)
+# that agent frameworks pass through: ignored like OpenAI's, and never taken for a misspelling
+# of a field they happen to resemble (`min_p` and `top_p`, `top_a` and `top_k`).
+KNOWN_EXTENSION_FIELDS = frozenset(
+    [
+        "top_k",
+        "min_p",
+        "top_a",
+        "repetition_penalty",
+        "length_penalty",
+        "stop_token_ids",
+        "include_stop_str_in_output",
+        "ignore_eos",
+        "min_tokens",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "truncate_prompt_tokens",
+        "prompt_logprobs",
+        "allowed_token_ids",
+        "bad_words",
+        "echo",
+        "add_generation_prompt",
+        "continue_final_message",
+        "add_special_tokens",
+        "documents",
+        "chat_template",
+        "chat_template_kwargs",
+        "mm_processor_kwargs",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "guided_decoding_backend",
+        "guided_whitespace_pattern",
+        "structured_outputs",
+        "structural_tag",
+        "priority",
+        "request_id",
+        "return_tokens_as_token_ids",
+        "return_token_ids",
+        "cache_salt",
+        "kv_transfer_params",
+        "vllm_xargs",
+        "use_beam_search",
+        "logits_processors",
+        "regex",
+        "json_schema",
+        "ebnf",
+        "lora_path",
+        "no_stop_trim",
+        "separate_reasoning",
+        "stream_reasoning",
+        "transforms",
+        "models",
+        "route",
+        "provider",
+        "reasoning",
+        "usage",
+        "include_reasoning",
+        "plugins",
+        "mock_response",
+        "caching",
+        "tags",
+        "thinking",
+        "extra_headers",
+        "extra_body",
+        "timeout",
+        "num_retries",
+    ]
+)
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -18,7 +89,7 @@ class StreamOptions(BaseModel):
 class GenerationFields(BaseModel):
     """Fields shared by completions and chat completions, plus the engine's own knobs."""
 
-    # Unknown fields are accepted (clients send many); core.validation logs them once.
+    # Unknown fields are accepted (clients send many) and named back (apis.openai.fields).
     # Python's JSON parser reads NaN and Infinity: no sampling knob may be either.
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 

@@ -1,10 +1,15 @@
 """Triton Python-backend postprocessing: engine token ids -> OUTPUT bytes (stock tensor names).
 
-OUTPUT is the exact surface bytes of the tokens (see token_bytes.py), not each response decoded on
+With the parameter ``text_output`` = ``token_bytes`` (our default), OUTPUT is the exact surface bytes
+of the tokens (see token_bytes.py), not each response decoded on
 its own: joining a stream's OUTPUT bytes gives exactly the text even when a token is half a UTF-8
 character or starts a SentencePiece word. A whole sequence gives the same bytes at once, so the only
 difference from ``tokenizer.decode`` is that a SentencePiece text keeps its first word's leading space
 (as the continuation of a prompt does) and no clean-up of tokenization spaces is applied.
+
+Without it (``stock_postprocessing``), OUTPUT is what upstream's postprocessing gives: the tokens of
+each response decoded on their own with ``tokenizer.decode(..., skip_special_tokens)``, exact for a
+whole (non-streamed) result, lossy for a streamed one.
 """
 
 from __future__ import annotations
@@ -32,9 +37,16 @@ class TritonPythonModel:
         if not tokenizer_dir:
             raise pb_utils.TritonModelException("parameter tokenizer_dir is required")
         skip_special_tokens = _parameter(config, "skip_special_tokens", "true").lower() in _TRUE
-        self.token_bytes = TokenBytes(
-            AutoTokenizer.from_pretrained(tokenizer_dir), skip_special_tokens=skip_special_tokens
-        )
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.skip_special_tokens = skip_special_tokens
+        self.token_bytes: TokenBytes | None = None
+        if _parameter(config, "text_output", "") == "token_bytes":
+            self.token_bytes = TokenBytes(self.tokenizer, skip_special_tokens=skip_special_tokens)
+
+    def _text(self, ids: list[int]) -> bytes:
+        if self.token_bytes is not None:
+            return self.token_bytes.join(ids)
+        return str(self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)).encode()
 
     def _respond(self, request: Any) -> Any:
         tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()
@@ -45,9 +57,7 @@ class TritonPythonModel:
         out = np.empty(tokens.shape[:2], dtype=object)
         for b in range(tokens.shape[0]):
             for beam in range(tokens.shape[1]):
-                out[b, beam] = self.token_bytes.join(
-                    [int(t) for t in tokens[b, beam, : int(lengths[b, beam])]]
-                )
+                out[b, beam] = self._text([int(t) for t in tokens[b, beam, : int(lengths[b, beam])]])
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT", out)])
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -35,15 +35,16 @@ def test_the_report_shows_the_capabilities_the_contract_gives(tiny_bpe_dir: Path
 async def test_one_factory_builds_each_models_adapter_on_its_route(tiny_bpe_dir: Path) -> None:
     pool = TritonPool(["127.0.0.1:1"], timeout_s=0.1)
     try:
-        ensemble = adapter_for(pool, ServedModel(name="a", tokenizer=tiny_bpe_dir, triton_model="ens"))
-        engine = adapter_for(pool, ServedModel(name="b", tokenizer=tiny_bpe_dir, route="engine"))
-        assert isinstance(ensemble, TritonAdapter) and isinstance(engine, TritonAdapter)
-        assert (ensemble._model, ensemble._route, ensemble._engine_model) == (
-            "ens",
-            "ensemble",
-            "tensorrt_llm",
+        auto = adapter_for(pool, ServedModel(name="a", tokenizer=tiny_bpe_dir, triton_model="ens"))
+        ensemble = adapter_for(pool, ServedModel(name="b", tokenizer=tiny_bpe_dir, route="ensemble"))
+        engine = adapter_for(
+            pool, ServedModel(name="c", tokenizer=tiny_bpe_dir, route="engine", engine_model="trt")
         )
-        assert (engine._model, engine._route) == ("tensorrt_llm", "engine")
+        assert all(isinstance(a, TritonAdapter) for a in (auto, ensemble, engine))
+        # The route is chosen when the ensemble's config is read (auto), unless forced.
+        assert (auto._model, auto._requested_route, auto._engine_model) == ("ens", "auto", None)
+        assert (ensemble._model, ensemble._requested_route) == ("ensemble", "ensemble")
+        assert (engine._model, engine._requested_route) == ("trt", "engine")
     finally:
         await pool.close()
 

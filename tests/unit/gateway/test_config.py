@@ -59,3 +59,33 @@ def test_a_model_s_reasoning_parser_is_one_of_the_registered_formats(tiny_bpe_di
         ServedModel(name="m", tokenizer=tiny_bpe_dir, reasoning_parser="o1")
     spec = ServedModel.parse_spec(f"name=m,tokenizer={tiny_bpe_dir},reasoning_parser=qwen3")
     assert spec.reasoning_parser == "qwen3"
+
+
+def test_gateway_models_takes_the_flags_own_syntax_json_and_yaml_model_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("GATEWAY_MODELS", "name=a,tokenizer=/a; name=b,tokenizer=/b,route=engine")
+    s = Settings()
+    assert [(m.name, m.route) for m in s.models] == [("a", "auto"), ("b", "engine")]
+    monkeypatch.setenv("GATEWAY_MODELS", '[{"name": "c", "tokenizer": "/c"}]')
+    assert [m.name for m in Settings().models] == ["c"]
+    monkeypatch.delenv("GATEWAY_MODELS")
+    config = tmp_path / "gateway.yaml"
+    # `model:` for one model, as a mapping or in the flag's syntax; `models:` a list of either.
+    for text in (
+        "model: {name: m, tokenizer: /m}\n",
+        "model: name=m,tokenizer=/m\n",
+        "models:\n  - name=m,tokenizer=/m\n",
+    ):
+        config.write_text(text)
+        assert Settings.load(config_file=config).models == [ServedModel(name="m", tokenizer=Path("/m"))]
+    config.write_text("model: name=m,tokenizer=/m\nmodels: []\n")
+    with pytest.raises(ValueError, match="either `model:` or `models:`"):
+        Settings.load(config_file=config)
+
+
+@pytest.mark.parametrize(
+    "url", ["127.0.0.1:8001", "triton:8001", "[::1]:8001", "dns:///triton:8001", "unix:/run/triton.sock"]
+)
+def test_grpc_targets_are_accepted_as_triton_urls(url: str) -> None:
+    assert Settings(triton_url=[url]).triton_url == [url]

@@ -138,3 +138,59 @@ async def test_refused_connection_is_connect_error():
     record = await _send_one(f"http://127.0.0.1:{port}/v1")
     assert record.error == "connect_error", record.error_detail
     assert "ClientConnectorError" in (record.error_detail or "")
+
+
+async def _not_found(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)
+    body = b'{"error": {"message": "The model `m` does not exist.", "type": "invalid_request_error"}}'
+    writer.write(
+        b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+    writer.close()
+
+
+async def test_an_http_error_is_reported_with_the_servers_own_message():
+    from loadtest.cli import error_lines
+    from loadtest.metrics import summarize
+
+    server = await asyncio.start_server(_not_found, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        record = await _send_one(f"http://127.0.0.1:{port}/v1")
+    finally:
+        server.close()
+    assert (record.error, record.error_detail) == ("http_404", "The model `m` does not exist.")
+    summary = summarize([record, record], label="c=1", mode="concurrency", load=1.0)
+    assert error_lines([summary]) == ["c=1: http_404 x2: The model `m` does not exist."]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"error": {"message": "m1"}}', "m1"),
+        (b'{"detail": "Not Found"}', "Not Found"),
+        (b'{"error": "plain"}', "plain"),
+        (b"<html>bad gateway</html>", "<html>bad gateway</html>"),
+    ],
+)
+def test_server_messages_are_read_from_the_usual_error_shapes(body: bytes, message: str) -> None:
+    from loadtest.target import server_message
+
+    assert server_message(body) == message
+
+
+def test_run_help_shows_defaults_and_duration_lifts_the_request_cap() -> None:
+    import sys
+
+    from loadtest.cli import DEFAULT_REQUESTS, build_parser, request_limit
+
+    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    text = " ".join(run.format_help().split())
+    assert "(default: 128)" in text and "(default: 300.0)" in text  # --max-tokens, --timeout
+    assert f"none given: {DEFAULT_REQUESTS}, or no limit with --duration" in text
+    assert request_limit(None, 3.0) == sys.maxsize
+    assert request_limit(None, None) == DEFAULT_REQUESTS
+    assert request_limit(5, 3.0) == 5

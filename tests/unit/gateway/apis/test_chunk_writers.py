@@ -36,14 +36,24 @@ def frame(obj: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-@given(**CHUNK, reason=st.sampled_from([None, "stop", "length"]))
+@given(**CHUNK, reason=st.sampled_from([None, "stop", "length"]), usage=st.booleans())
 def test_a_completion_text_chunk_is_the_dumped_chunk_dict(
-    rid: str, model: str, created: int, index: int, text: str, reason: str | None, lp: dict[str, Any] | None
+    rid: str,
+    model: str,
+    created: int,
+    index: int,
+    text: str,
+    reason: str | None,
+    lp: dict[str, Any] | None,
+    usage: bool,
 ) -> None:
-    chunk = CompletionChunkWriter(rid, created, model).text(index, text, reason, lp)
+    chunk = CompletionChunkWriter(rid, created, model, include_usage=usage).text(index, text, reason, lp)
     base = {"id": rid, "object": "text_completion", "created": created, "model": model}
     choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": reason}
-    assert chunk == frame({**base, "choices": [choice]})
+    body: dict[str, Any] = {**base, "choices": [choice]}
+    if usage:
+        body["usage"] = None  # as chat chunks, and as OpenAI streams completions
+    assert chunk == frame(body)
     assert orjson.loads(chunk[len(b"data: ") :])["choices"][0]["text"] == text
 
 

@@ -40,7 +40,8 @@ def split_points(data: st.DataObject, length: int) -> list[int]:
 
 
 def stream_ids(tok: Tokenizer, prompt: list[int], ids: list[int], cuts: list[int]) -> str:
-    detok = IncrementalDetokenizer(tok, prompt)
+    # The prompt is there to show it makes no difference: the text is the generated ids' own.
+    detok = ids_decoder(tok)
     out = []
     bounds = [0, *cuts, len(ids)]
     for a, b in itertools.pairwise(bounds):
@@ -55,10 +56,10 @@ def tok(request: pytest.FixtureRequest, tiny_bpe_dir: Path, tiny_metaspace_dir: 
 
 
 @pytest.mark.parametrize("text", TEXTS)
-def test_token_by_token_decoding_equals_decoding_the_whole_continuation(tok: Tokenizer, text: str) -> None:
+def test_token_by_token_decoding_equals_the_tokenizers_decoding_of_the_ids(tok: Tokenizer, text: str) -> None:
     prompt = tok.encode("Say something:")
     ids = tok.encode(" " + text, add_special_tokens=False)
-    expected = tok.decode(prompt + ids)[len(tok.decode(prompt)) :]
+    expected = tok.decode(ids)
     assert stream_ids(tok, prompt, ids, list(range(1, len(ids)))) == expected
     assert "\ufffd" not in expected
 
@@ -73,6 +74,7 @@ def test_any_split_of_the_same_tokens_gives_the_same_text(
     prompt = tok.encode("Hi")
     ids = tok.encode(text, add_special_tokens=False)
     whole = stream_ids(tok, prompt, ids, [])
+    assert whole == tok.decode(ids)
     assert stream_ids(tok, prompt, ids, split_points(data, len(ids))) == whole
     assert stream_ids(tok, prompt, ids, list(range(1, len(ids)))) == whole
 
@@ -81,7 +83,7 @@ def test_an_incomplete_character_is_held_back_until_completed(tiny_bpe_dir: Path
     tok = tokenizer_for(tiny_bpe_dir)
     ids = tok.encode("🎉", add_special_tokens=False)
     assert len(ids) > 1, "the tiny tokenizer should split this emoji across tokens"
-    detok = IncrementalDetokenizer(tok, [])
+    detok = IncrementalDetokenizer(tok)
     pieces = [detok.push_ids([i]) for i in ids]
     assert pieces[:-1] == [""] * (len(ids) - 1)
     assert pieces[-1] == "🎉"
@@ -90,16 +92,54 @@ def test_an_incomplete_character_is_held_back_until_completed(tiny_bpe_dir: Path
 def test_a_truncated_character_is_released_as_a_replacement_at_the_end(tiny_bpe_dir: Path) -> None:
     tok = tokenizer_for(tiny_bpe_dir)
     ids = tok.encode("🎉", add_special_tokens=False)
-    detok = IncrementalDetokenizer(tok, [])
+    detok = IncrementalDetokenizer(tok)
     assert detok.push_ids(ids[:1]) == ""
     assert detok.flush() == "\ufffd"
 
 
-def test_the_first_generated_word_keeps_its_leading_space_for_sentencepiece(tiny_metaspace_dir: Path) -> None:
+def test_the_first_generated_word_loses_its_leading_space_as_in_the_tokenizers_decoding(
+    tiny_metaspace_dir: Path,
+) -> None:
     tok = tokenizer_for(tiny_metaspace_dir)
     prompt = tok.encode("Hello")
     ids = tok.encode(" world", add_special_tokens=False)
-    assert stream_ids(tok, prompt, ids, []) == " world"
+    assert stream_ids(tok, prompt, ids, []) == "world" == tok.decode(ids)
+    assert stream_ids(tok, prompt, ids, list(range(1, len(ids)))) == "world"
+
+
+BYTE_RUNS = [
+    # A valid character, an invalid run, a valid run ended by an invalid byte, a truncated end.
+    ["<0xE4>", "<0xBD>", "<0xA0>", "a"],
+    ["<0xE4>", "<0x41>", "b", "<0x42>"],
+    ["<0x41>", "<0x42>", "<0xFF>", "▁c"],
+    ["d", "<0xF0>", "<0x9F>"],
+]
+
+
+@pytest.mark.parametrize("pieces", BYTE_RUNS)
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_byte_fallback_runs_decode_as_the_tokenizer_does_even_when_not_utf8(
+    tiny_metaspace_dir: Path, pieces: list[str], step: int
+) -> None:
+    tok = tokenizer_for(tiny_metaspace_dir)
+    ids = [tok._tok.convert_tokens_to_ids(p) for p in pieces]
+    assert all(i is not None and i != tok._tok.unk_token_id for i in ids), pieces
+    detok = ids_decoder(tok)
+    out = "".join(detok.push_ids(ids[a : a + step]) for a in range(0, len(ids), step)) + detok.flush()
+    assert out == tok.decode(ids)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_ids_with_byte_fallback_tokens_stream_to_the_tokenizers_decoding(
+    tiny_metaspace_dir: Path, data: st.DataObject
+) -> None:
+    tok = tokenizer_for(tiny_metaspace_dir)
+    byte_ids = sorted(tok.byte_fallback_ids)
+    assert len(byte_ids) == 256
+    ordinary = st.integers(0, tok.vocab_size - 1)
+    ids = data.draw(st.lists(st.one_of(st.sampled_from(byte_ids), ordinary), max_size=24))
+    assert stream_ids(tok, [], ids, split_points(data, len(ids))) == tok.decode(ids)
 
 
 @settings(max_examples=80, deadline=None)
@@ -137,10 +177,10 @@ def test_byte_level_tokenizers_get_a_byte_table_and_sentencepiece_ones_do_not(
 ) -> None:
     bpe, sp = tokenizer_for(tiny_bpe_dir), tokenizer_for(tiny_metaspace_dir)
     assert bpe.token_bytes is not None and len(bpe.token_bytes) == bpe.vocab_size
-    assert isinstance(ids_decoder(bpe, [5]), ByteTableDecoder)
+    assert isinstance(ids_decoder(bpe), ByteTableDecoder)
     # Metaspace decoding depends on the position (a leading space is stripped): no table.
     assert sp.token_bytes is None
-    assert isinstance(ids_decoder(sp, [5]), IncrementalDetokenizer)
+    assert isinstance(ids_decoder(sp), IncrementalDetokenizer)
 
 
 def test_the_byte_table_holds_partial_characters_and_drops_special_tokens(tiny_bpe_dir: Path) -> None:

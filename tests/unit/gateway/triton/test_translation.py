@@ -101,8 +101,89 @@ def test_contract_variants_are_recognised_from_the_config() -> None:
         "min_length",
     )
     assert cur.exposes_token_ids and not leg.exposes_token_ids
-    assert cur.native_num_sequences and not leg.native_num_sequences
+    # Several responses to one request (one per sequence) need a decoupled model.
+    assert not cur.native_num_sequences
+    assert cur.with_decoupled(True).native_num_sequences and not leg.with_decoupled(True).native_num_sequences
     assert cur.reports_token_counts and not leg.reports_token_counts
+
+
+LEGACY_WITH_LOG_PROBS = LEGACY.replace(
+    '{ name: "top_k" data_type: TYPE_INT32 dims: [ 1 ] optional: true }',
+    '{ name: "top_k" data_type: TYPE_INT32 dims: [ 1 ] optional: true },\n'
+    '  { name: "return_log_probs" data_type: TYPE_BOOL dims: [ 1 ] optional: true }',
+).replace(
+    'output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]',
+    'output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] },\n'
+    '  { name: "output_log_probs" data_type: TYPE_FP32 dims: [ -1, -1 ] } ]',
+)
+
+
+def test_a_text_only_ensemble_streams_only_a_streamed_request() -> None:
+    text_only = contract_of(LEGACY_WITH_LOG_PROBS).with_decoupled(True)
+    assert text_only.streams(True) and not text_only.streams(False)
+    assert not text_only.exact_stream()  # upstream's postprocessing: each response decoded alone
+    exact = text_only.with_settings(c.engine_settings({}, {"text_output": "token_bytes"}))
+    assert exact.exact_stream()
+    # A model that cannot stream answers every request whole: exact, and never asked to stream.
+    whole = contract_of(LEGACY_WITH_LOG_PROBS)
+    assert not whole.streams(True) and whole.exact_stream()
+    # With ids, streaming costs nothing in exactness and lets a stop string cancel at once.
+    assert contract_of(CURRENT).with_decoupled(True).streams(False)
+
+
+def test_a_whole_legacy_result_is_counted_by_its_log_probs() -> None:
+    k = contract_of(LEGACY_WITH_LOG_PROBS).with_decoupled(True)
+    assert k.usage_source == "output_log_probs"
+    assert requested_outputs(k, stream=False) == ["text_output", "output_log_probs"]
+    assert requested_outputs(k, stream=True) == ["text_output"]  # one response, one token
+    built = tensor_values(build(k, request(), seed=None, num_sequences=1, stream=False))
+    assert built["return_log_probs"] == ("BOOL", [1, 1], [True])
+    assert built["stream"] == ("BOOL", [1, 1], [False])
+
+
+@pytest.mark.parametrize(
+    ("engine", "backend"),
+    [
+        ({}, ""),
+        ({"guided_decoding_backend": "${guided_decoding_backend}"}, ""),  # left unfilled
+        ({"guided_decoding_backend": "xgrammar"}, ""),  # no tokenizer information for it
+        ({"guided_decoding_backend": "xgrammar", "tokenizer_dir": "/models/hf"}, "xgrammar"),
+        ({"guided_decoding_backend": "xgrammar", "xgrammar_tokenizer_info_path": "/x.json"}, "xgrammar"),
+        ({"guided_decoding_backend": "outlines", "tokenizer_dir": "/models/hf"}, ""),
+    ],
+)
+def test_guided_decoding_counts_only_when_the_engine_config_sets_it_up(
+    engine: dict[str, str], backend: str
+) -> None:
+    config = mc.ModelConfig()
+    for key, value in engine.items():
+        config.parameters[key].string_value = value
+    settings = c.engine_settings(c.parameters(config))
+    assert settings.guided_backend == backend
+    guided = CURRENT.replace(
+        '{ name: "top_k" data_type: TYPE_INT32 dims: [ 1 ] optional: true },',
+        '{ name: "top_k" data_type: TYPE_INT32 dims: [ 1 ] optional: true },\n'
+        '  { name: "guided_decoding_guide_type" data_type: TYPE_STRING dims: [ 1 ] optional: true },\n'
+        '  { name: "guided_decoding_guide" data_type: TYPE_STRING dims: [ 1 ] optional: true },',
+    )
+    assert contract_of(guided).with_settings(settings).guided_decoding == bool(backend)
+
+
+@pytest.mark.parametrize(
+    ("value", "echoes"),
+    [(None, True), ("false", True), ("${exclude_input_in_output}", True), ("True", False)],
+)
+def test_a_whole_result_repeats_the_prompt_unless_the_engine_is_set_to_exclude_it(
+    value: str | None, echoes: bool
+) -> None:
+    config = mc.ModelConfig()
+    if value is not None:
+        config.parameters["exclude_input_in_output"].string_value = value
+    k = contract_of(LEGACY).with_decoupled(True).with_settings(c.engine_settings(c.parameters(config)))
+    assert k.repeats_prompt(stream=False) == echoes
+    assert not k.repeats_prompt(stream=True)
+    # A request input says so itself, whatever the parameter.
+    assert not contract_of(CURRENT).with_settings(k.settings).repeats_prompt(stream=False)
 
 
 def test_a_model_that_is_not_an_ensemble_is_refused() -> None:

@@ -23,9 +23,8 @@ def tokenizer(tiny_agent_dir: Path) -> Any:
 
 def stream(tokenizer: Any, fmt_name: str, text: str, prompt: str) -> tuple[list[ReasoningEvent], int]:
     fmt = format_named(fmt_name)
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
     ids = tokenizer.encode(text, add_special_tokens=False)
-    decoder = IncrementalDetokenizer(tokenizer, prompt_ids, skip_special_tokens=not fmt.keeps_special_tokens)
+    decoder = IncrementalDetokenizer(tokenizer, skip_special_tokens=not fmt.keeps_special_tokens)
     parser = fmt.parser(prompt=prompt, marker_ids=fmt.marker_ids(tokenizer.get_vocab()))
     events: list[ReasoningEvent] = []
     for token_id in ids:
