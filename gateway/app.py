@@ -131,9 +131,11 @@ def create_app(
         )
         services.add(registry)
         services.add(Readiness(registry, settings.readiness_cache_s))
-        for api in APIS:
-            if api.service is not None:
-                services.add(api.service(registry, limits, metrics))
+        built = [
+            api.service.build(registry, limits, metrics, settings) for api in APIS if api.service is not None
+        ]
+        for service in built:
+            services.add(service)
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes))
@@ -146,6 +148,8 @@ def create_app(
             introspection.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await introspection
+            for service in built:
+                await service.close()
             for runtime in runtimes:
                 await runtime.engine.close()
             if triton is not None:

@@ -129,8 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--tool-parser",
         choices=MODEL_FORMATS,
-        default="none",
-        help="how the model writes tool calls, as the `tool_parser` of a --model (default: none)",
+        # The dev model's chat template renders tools the Hermes way (agents send tools every turn).
+        default="hermes",
+        help="how the model writes tool calls, as the `tool_parser` of a --model (default: hermes)",
     )
     dev.add_argument("--variant", choices=("current", "legacy"), default="current", help="contract variant")
     dev.add_argument(

@@ -81,6 +81,18 @@ class ServedModel(BaseModel):
         + " | ".join(MODEL_FORMATS)
         + " (none: tools only with guided decoding).",
     )
+    default_max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Output limit when a request sets none (max_tokens, max_output_tokens); "
+        "none: what is left of the context.",
+    )
+    default_limit_status: Literal["incomplete", "completed"] = Field(
+        default="incomplete",
+        description="How a Responses API response cut by default_max_tokens (the client set no "
+        "max_output_tokens) ends: incomplete, as OpenAI reports any cut, or completed, for agents "
+        "that treat incomplete as an error (the Codex CLI, the OpenAI Agents SDK).",
+    )
     reasoning_parser: str = Field(
         default="none",
         description="How this model writes its thinking: "
@@ -212,6 +224,40 @@ class Settings(BaseSettings):
     shutdown_grace_s: float = Field(
         default=30.0, ge=0, description="On SIGTERM, how long open streams may run before they are cancelled."
     )
+
+    state_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".local" / "state" / "trtllm-openai-gateway",
+        description="Where the gateway keeps state: stored responses, the reasoning encryption key.",
+    )
+    response_store: str = Field(
+        default="sqlite",
+        description="Where stored responses live: sqlite (a file in state_dir) or memory (this process).",
+    )
+    response_store_max_age_s: float | None = Field(
+        default=30 * 24 * 3600.0, gt=0, description="Stored responses older than this are dropped."
+    )
+    response_store_max_count: int | None = Field(
+        default=100_000, ge=1, description="At most this many stored responses, the oldest dropped first."
+    )
+    reasoning_encryption_key: str | None = Field(
+        default=None,
+        description="Base64 of 32 bytes sealing reasoning.encrypted_content (the same on every replica); "
+        "none: made once and kept in state_dir.",
+    )
+    strict_tools: bool = Field(
+        default=False,
+        description="A Responses tool the gateway cannot run (web_search, mcp, ...) is a 400 "
+        "instead of being left out.",
+    )
+
+    @field_validator("response_store")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        from gateway.store import STORES
+
+        if value not in STORES:
+            raise ValueError(f"unknown response store {value!r}; expected one of {', '.join(STORES)}")
+        return value
 
     @field_validator("triton_url", "api_keys", "cors_origins", mode="before")
     @classmethod

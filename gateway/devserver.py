@@ -23,6 +23,7 @@ from gateway.server import check_port_free, load_tokenizers, run_server
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 600
+DEV_DEFAULT_MAX_TOKENS = 64
 
 
 def _tiny_model_dir() -> Path:
@@ -111,6 +112,11 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             tokenizer=model_dir,
             triton_model=ready["ensemble"],
             tool_parser=args.tool_parser,
+            # The random tiny model rarely ends by itself, and agents set no output limit.
+            default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
+            # ... and a turn cut there still ends as completed: agents (Codex, the Agents SDK)
+            # treat an incomplete response as an error.
+            default_limit_status="completed",
         )
         settings = settings.model_copy(update={"models": [served], "triton_url": [ready["grpc"]]})
         tokenizers = load_tokenizers(settings)

@@ -51,6 +51,12 @@ class GatewayMetrics:
             ["route", "model", "status"],
             registry=r,
         )
+        self.skipped_tools = Counter(
+            "gateway_responses_skipped_tools",
+            "Responses API tools left out of the prompt because the gateway cannot run them, by type.",
+            ["type"],
+            registry=r,
+        )
         self.in_flight = Gauge(
             "gateway_requests_in_flight",
             "Requests being served now.",

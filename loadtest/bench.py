@@ -58,7 +58,7 @@ class BenchTarget:
     kind: Kind
     route: str = "ensemble"  # gateway only
     # gateway only: which API the load goes to.
-    endpoint: Literal["completions", "chat", "messages"] = "completions"
+    endpoint: Literal["completions", "chat", "responses", "messages"] = "completions"
 
 
 # The order is the table's order; (a) runs first because every ratio is against it.
@@ -67,6 +67,9 @@ TARGETS: tuple[BenchTarget, ...] = (
     BenchTarget("gateway", "(b) gateway, ensemble route", "gateway", route="ensemble"),
     BenchTarget("gateway-engine", "(b) gateway, engine route", "gateway", route="engine"),
     BenchTarget("gateway-chat", "(b) gateway, ensemble route, chat completions", "gateway", endpoint="chat"),
+    BenchTarget(
+        "gateway-responses", "(b) gateway, ensemble route, Responses API", "gateway", endpoint="responses"
+    ),
     BenchTarget(
         "gateway-messages", "(b) gateway, ensemble route, Messages API", "gateway", endpoint="messages"
     ),
@@ -768,6 +771,15 @@ def target_checks(rows: Sequence[dict[str, Any]]) -> list[str]:
     def verdict(ok: bool) -> str:
         return "met" if ok else "NOT met"
 
+    for c in sorted({r["concurrency"] for r in rows}):
+        chat, responses = by.get(("gateway-chat", c)), by.get(("gateway-responses", c))
+        if chat and responses and chat["client_cpu_ms_per_token"]:
+            ratio = responses["client_cpu_ms_per_token"] / chat["client_cpu_ms_per_token"]
+            out.append(
+                f"- gateway-responses vs gateway-chat at concurrency {c}: "
+                f"CPU per streamed token {ratio:.2f}x "
+                f"(target <= 1.2x): {verdict(ratio <= 1.2)}"
+            )
     for key in ("gateway", "gateway-engine"):
         cpu = [r["cpu_vs_a"] for r in rows if r["target"] == key and not math.isnan(r["cpu_vs_a"])]
         if cpu:

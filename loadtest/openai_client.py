@@ -1,4 +1,5 @@
-"""OpenAI-API target: /v1/completions or /v1/chat/completions over aiohttp, streaming or not."""
+"""OpenAI-API target: /v1/completions, /v1/chat/completions or /v1/responses over aiohttp, streaming
+or not."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ class OpenAITarget:
         self._headers = {"content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
-        path = "/chat/completions" if workload.endpoint == "chat" else "/completions"
-        self._url = self._base_url + path
+        paths = {"chat": "/chat/completions", "responses": "/responses", "completions": "/completions"}
+        self._url = self._base_url + paths[workload.endpoint]
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -58,6 +59,8 @@ class OpenAITarget:
 
     def body(self, prompt: Prompt) -> dict[str, Any]:
         w = self._workload
+        if w.endpoint == "responses":
+            return self._responses_body(prompt)
         body: dict[str, Any] = {"model": self._model, "max_tokens": w.max_tokens_for(prompt)}
         if w.endpoint == "chat":
             body["messages"] = prompt.chat_messages()
@@ -74,7 +77,27 @@ class OpenAITarget:
         body.update(w.extra_body)
         return body
 
+    def _responses_body(self, prompt: Prompt) -> dict[str, Any]:
+        w = self._workload
+        body: dict[str, Any] = {
+            "model": self._model,
+            "input": prompt.chat_messages(),
+            "max_output_tokens": w.max_tokens_for(prompt),
+            # What a benchmark asks of the other endpoints: nothing kept afterwards.
+            "store": False,
+        }
+        if w.stream:
+            body["stream"] = True
+        if w.temperature is not None:
+            body["temperature"] = w.temperature
+        if w.ignore_eos:
+            body["ignore_eos"] = True
+        body.update(w.extra_body)
+        return body
+
     async def send(self, prompt: Prompt) -> RequestRecord:
+        if self._workload.endpoint == "responses":
+            return await self._send_responses(prompt)
         session = self._session
         if session is None:
             raise RuntimeError("OpenAITarget.send before open()")
@@ -145,6 +168,72 @@ class OpenAITarget:
             output_tokens=usage_tokens if use_usage and usage_tokens is not None else len(times),
             prompt_tokens=prompt_tokens,
             usage_reported=use_usage and reported is not False,
+            streamed=stream,
+            error=error,
+            error_detail=error_msg,
+        )
+
+    async def _send_responses(self, prompt: Prompt) -> RequestRecord:
+        """/v1/responses: text arrives as response.output_text.delta events, usage in the last
+        event's response (response.completed, or response.incomplete at the output limit)."""
+        session = self._session
+        if session is None:
+            raise RuntimeError("OpenAITarget.send before open()")
+        content = _dumps(self.body(prompt))
+        stream = self._workload.stream
+        times: list[float] = []
+        usage_tokens: int | None = None
+        prompt_tokens: int | None = prompt.prompt_tokens
+        error: str | None = None
+        error_msg: str | None = None
+        start = time.perf_counter()
+        try:
+            async with session.post(self._url, data=content, headers=self._headers) as resp:
+                if resp.status != 200:
+                    body = await resp.read()
+                    error, error_msg = f"http_{resp.status}", detail(body.decode("utf-8", "replace"))
+                elif stream:
+                    parser = SSEParser()
+                    done = False
+                    perf = time.perf_counter
+                    async for raw in resp.content.iter_any():
+                        now = perf()
+                        for event in parser.feed(raw):
+                            obj: Any = loads(event.data)
+                            kind = obj.get("type")
+                            if kind == "response.output_text.delta":
+                                if obj.get("delta"):
+                                    times.append(now)
+                            elif kind in ("response.completed", "response.incomplete"):
+                                done = True
+                                usage = obj["response"].get("usage") or {}
+                                usage_tokens = usage.get("output_tokens")
+                                prompt_tokens = usage.get("input_tokens", prompt_tokens)
+                            elif kind in ("response.failed", "error"):
+                                error, error_msg = "stream_error", detail(obj)
+                    if not done and error is None:
+                        error, error_msg = (
+                            "incomplete_stream",
+                            "the stream ended without a final response event",
+                        )
+                else:
+                    obj = loads(await resp.read())
+                    times.append(time.perf_counter())
+                    if obj.get("error"):
+                        error, error_msg = "response_error", detail(obj["error"])
+                    usage = obj.get("usage") or {}
+                    usage_tokens = usage.get("output_tokens")
+                    prompt_tokens = usage.get("input_tokens", prompt_tokens)
+        except Exception as exc:  # every failure is a counted error, never an aborted run
+            error, error_msg = error_kind(exc), detail(repr(exc))
+        end = time.perf_counter()
+        return RequestRecord(
+            start=start,
+            end=end,
+            chunk_times=tuple(times),
+            output_tokens=usage_tokens if usage_tokens is not None else len(times),
+            prompt_tokens=prompt_tokens,
+            usage_reported=usage_tokens is not None,
             streamed=stream,
             error=error,
             error_detail=error_msg,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Endpoint = Literal["completions", "chat"]
+Endpoint = Literal["completions", "chat", "responses"]
 
 # Short, common English words: most BPE and SentencePiece vocabularies hold each (with its leading
 # space) as a single token, so N words approximate N tokens when no tokenizer is given.

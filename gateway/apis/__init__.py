@@ -3,12 +3,12 @@ API is adding its folder (wire models, router, translation, stream writer) and o
 
 from typing import Any
 
-from gateway.apis import chat_completions, completions, messages, models
+from gateway.apis import chat_completions, completions, messages, models, responses
 from gateway.apis.openai.errors import error_body
 from gateway.errors import GatewayError
 from gateway.http.api import Api
 
-APIS: tuple[Api, ...] = (completions.API, chat_completions.API, messages.API, models.API)
+APIS: tuple[Api, ...] = (completions.API, chat_completions.API, responses.API, messages.API, models.API)
 
 
 def error_shape(path: str, error: GatewayError) -> tuple[int, dict[str, Any]]:

@@ -9,9 +9,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from gateway import tracing
 from gateway.asyncutil import until_deadline
+from gateway.config import Settings
 from gateway.core.choices import (
     ChoiceEvent,
     ChoiceState,
@@ -87,8 +89,11 @@ class PreparedRequest:
         return sum(c.completion_tokens for c in self.choices)
 
 
+S = TypeVar("S", bound="GenerationService")
+
+
 class GenerationService:
-    """What the completions and chat services share: where models, limits and metrics come from."""
+    """What the APIs' services share: where models, limits and metrics come from."""
 
     def __init__(
         self, registry: ModelRegistry, limits: RequestLimits, metrics: GatewayMetrics | None
@@ -96,6 +101,21 @@ class GenerationService:
         self._registry = registry
         self._limits = limits
         self._metrics = metrics
+
+    @classmethod
+    def build(
+        cls: type[S],
+        registry: ModelRegistry,
+        limits: RequestLimits,
+        metrics: GatewayMetrics | None,
+        settings: Settings,
+    ) -> S:
+        """The service as the app makes it at start-up; a service with settings of its own (a
+        store, a key) reads them here."""
+        return cls(registry, limits, metrics)
+
+    async def close(self) -> None:
+        """At shutdown: release what the service opened (nothing, unless it has state)."""
 
 
 def stream_failure(exc: Exception) -> GatewayError:

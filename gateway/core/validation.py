@@ -197,6 +197,9 @@ def prompt_budget(
     is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
     errors included."""
     tokenizer = runtime.tokenizer
+    if requested is None and runtime.max_model_len is None:
+        # No context length to take the rest of: the model's default output limit, if it has one.
+        requested = runtime.config.default_max_tokens
     # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
     # count must match what the engine sees.
     add_special_tokens = runtime.config.add_special_tokens
@@ -215,11 +218,21 @@ def prompt_budget(
             except InvalidRequestError:
                 pass  # Near a limit, or over it: the exact count decides, and names it.
             else:
-                return None, budget
+                return None, _default_limit(runtime, requested, budget)
     ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
-    return ids, resolve_max_tokens(
+    budget = resolve_max_tokens(
         requested, len(ids), runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
     )
+    return ids, _default_limit(runtime, requested, budget)
+
+
+def _default_limit(runtime: ModelRuntime, requested: int | None, budget: int) -> int:
+    # The model's own default output limit, for clients that set none: what is left of a long
+    # context would let a model that never ends by itself run for minutes.
+    default = runtime.config.default_max_tokens
+    if requested is None and default is not None:
+        return min(budget, default)
+    return budget
 
 
 def logprobs_requested(

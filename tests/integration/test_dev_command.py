@@ -22,7 +22,7 @@ def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser()
     port = free_port()
     command = [str(Path(sys.executable).with_name("gateway")), "dev", "--port", str(port)]
     proc = subprocess.Popen(
-        [*command, "--engine-mode", "synthetic", "--tool-parser", "hermes"],
+        [*command, "--engine-mode", "synthetic", "--tool-parser", "none"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -57,8 +57,9 @@ def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser()
             },
             timeout=60,
         )
-        # Without a tool parser this is a 400 asking for one.
-        assert r.status_code == 200, r.text
+        # The dev default is hermes; --tool-parser none reached the model: a 400 asking for one.
+        assert r.status_code == 400, r.text
+        assert "tool_parser" in r.json()["error"]["message"]
     finally:
         proc.terminate()
         proc.wait(timeout=60)

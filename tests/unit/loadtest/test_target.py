@@ -194,3 +194,57 @@ def test_run_help_shows_defaults_and_duration_lifts_the_request_cap() -> None:
     assert request_limit(None, 3.0) == sys.maxsize
     assert request_limit(None, None) == DEFAULT_REQUESTS
     assert request_limit(5, 3.0) == 5
+
+
+async def test_the_responses_endpoint_is_timed_by_its_text_deltas_and_counted_by_its_usage():
+    from gateway.apis.responses.protocol import Response
+    from gateway.apis.responses.stream import ResponseBuilder
+
+    builder = ResponseBuilder(
+        Response(id="resp_1", created_at=1, status="in_progress", model="m").model_dump(mode="json"),
+        streaming=True,
+    )
+    usage = {
+        "input_tokens": 2,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": 3,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 5,
+    }
+    frames = (
+        builder.start() + builder.text("a") + builder.text("b") + builder.text("c") + builder.finish(usage)
+    )
+    bodies: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        fields = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:] if line)
+        bodies.append(head.split(b" ")[1] + b" " + await reader.readexactly(int(fields[b"content-length"])))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            + f"content-length: {len(frames)}\r\n\r\n".encode()
+            + frames
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    target = OpenAITarget(f"http://127.0.0.1:{port}/v1", "m", Workload(max_tokens=16, endpoint="responses"))
+    await target.open(1)
+    try:
+        record = await target.send(Prompt("hi"))
+    finally:
+        await target.aclose()
+        server.close()
+    assert record.error is None, record.error_detail
+    assert len(record.chunk_times) == 3 and record.output_tokens == 3 and record.prompt_tokens == 2
+    path, body = bodies[0].split(b" ", 1)
+    assert path == b"/v1/responses"
+    assert json.loads(body) == {
+        "model": "m",
+        "input": [{"role": "user", "content": "hi"}],
+        "max_output_tokens": 16,
+        "store": False,
+        "stream": True,
+    }

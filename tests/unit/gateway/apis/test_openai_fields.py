@@ -11,6 +11,7 @@ from gateway.apis.chat_completions import protocol as chat
 from gateway.apis.completions import protocol as completions
 from gateway.apis.openai.fields import resembles
 from gateway.apis.openai.protocol import KNOWN_EXTENSION_FIELDS
+from gateway.apis.responses import protocol as responses
 from tests.support.openai_schema import SPEC_PATH
 
 KNOWN = chat.OPENAI_FIELDS | {"top_k", "min_tokens", "repetition_penalty"}
@@ -63,3 +64,5 @@ def test_the_fields_openai_defines_are_those_of_its_openapi_document() -> None:
     document = json.loads(SPEC_PATH.read_text(encoding="utf-8"))
     assert _defined(document, "CreateChatCompletionRequest") == chat.OPENAI_FIELDS
     assert _defined(document, "CreateCompletionRequest") == completions.OPENAI_FIELDS
+    assert _defined(document, "CreateResponse") == responses.OPENAI_FIELDS
+    assert _defined(document, "TokenCountsBody") == responses.INPUT_TOKENS_FIELDS
