@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench soak clean
+.PHONY: install run test lint typecheck check bench soak claude-code clean
 
 install: $(STAMP)
 
@@ -22,7 +22,7 @@ run: install
 	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000
 
 test: install
-	$(PY) -m pytest -m "not soak and not bench" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not soak and not bench and not claude_code" $(PYTEST_ARGS)
 
 # ruff, and the import layers as contracts (pyproject.toml [tool.importlinter]).
 lint: install
@@ -38,6 +38,15 @@ check: lint typecheck
 # ~16 min: 3 rounds, each level measured on every target back to back; cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
 bench: install
 	$(PY) -m loadtest.bench $(BENCH_ARGS)
+
+# Claude Code from npm (pinned; its platform binary comes in a registry package) runs `claude -p`
+# against the gateway serving the agent tiny model. Needs npm and the npm registry.
+CLAUDE_CODE_VERSION := 2.1.328
+CLAUDE_CODE_DIR := .cache/claude-code
+claude-code: install
+	test -x $(CLAUDE_CODE_DIR)/node_modules/.bin/claude || npm install --prefix $(CLAUDE_CODE_DIR) \
+		--no-audit --no-fund --no-save @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
+	CLAUDE_CODE_BIN=$(CURDIR)/$(CLAUDE_CODE_DIR)/node_modules/.bin/claude $(PY) -m pytest -m claude_code $(PYTEST_ARGS)
 
 soak: install
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)

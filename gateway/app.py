@@ -14,8 +14,8 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from gateway import tracing
-from gateway.apis import APIS
-from gateway.apis.openai.errors import error_body, install_error_handlers
+from gateway.apis import APIS, error_shape
+from gateway.apis.openai.errors import install_error_handlers
 from gateway.config import ServedModel, Settings
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.readiness import Readiness
@@ -181,7 +181,7 @@ def create_app(
     services.add(settings)
     services.add(metrics)
     app.state.services = services
-    install_error_handlers(app)
+    install_error_handlers(app, error_shape)
     for api in APIS:
         app.include_router(api.router)
     app.include_router(health.router)
@@ -195,14 +195,14 @@ def create_app(
         queue_timeout_s=settings.queue_timeout_s,
         metrics=metrics,
         paths=generation_paths(app.routes),
-        error_body=error_body,
+        error_shape=error_shape,
     )
     keys = settings.accepted_keys()
     if keys:
         app.add_middleware(
-            ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics, error_body=error_body
+            ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics, error_shape=error_shape
         )
-    app.add_middleware(BodySizeMiddleware, max_bytes=settings.max_body_bytes, error_body=error_body)
+    app.add_middleware(BodySizeMiddleware, max_bytes=settings.max_body_bytes, error_shape=error_shape)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

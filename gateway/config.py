@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.routing.registry import DEFAULT_POLICY, POLICY_NAMES
+from gateway.text.reasoning.registry import MODEL_FORMATS as REASONING_FORMATS
 from gateway.text.tool_calls.registry import MODEL_FORMATS
 
 Route = Literal["auto", "ensemble", "engine"]
@@ -93,6 +94,12 @@ class ServedModel(BaseModel):
         "max_output_tokens) ends: incomplete, as OpenAI reports any cut, or completed, for agents "
         "that treat incomplete as an error (the Codex CLI, the OpenAI Agents SDK).",
     )
+    reasoning_parser: str = Field(
+        default="none",
+        description="How this model writes its thinking: "
+        + " | ".join(REASONING_FORMATS)
+        + " (none: the whole reply is the answer).",
+    )
     add_special_tokens: bool = Field(
         default=True,
         description="Whether Triton's preprocessing adds special tokens (BOS); "
@@ -104,6 +111,13 @@ class ServedModel(BaseModel):
     def _registered_tool_parser(cls, value: str) -> str:
         if value not in MODEL_FORMATS:
             raise ValueError(f"tool_parser must be one of {', '.join(MODEL_FORMATS)}, not {value!r}")
+        return value
+
+    @field_validator("reasoning_parser")
+    @classmethod
+    def _registered_reasoning_parser(cls, value: str) -> str:
+        if value not in REASONING_FORMATS:
+            raise ValueError(f"reasoning_parser must be one of {', '.join(REASONING_FORMATS)}, not {value!r}")
         return value
 
     @classmethod

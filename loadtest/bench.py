@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from loadtest import procstat
+from loadtest.anthropic_client import AnthropicTarget
 from loadtest.metrics import RequestRecord, RunSummary
 from loadtest.openai_client import OpenAITarget
 from loadtest.report import plot_sweep, request_rows, summary_dict, write_csv, write_json
@@ -56,8 +57,8 @@ class BenchTarget:
     label: str  # table name
     kind: Kind
     route: str = "ensemble"  # gateway only
-    # gateway only: which OpenAI API the load goes to.
-    endpoint: Literal["completions", "chat", "responses"] = "completions"
+    # gateway only: which API the load goes to.
+    endpoint: Literal["completions", "chat", "responses", "messages"] = "completions"
 
 
 # The order is the table's order; (a) runs first because every ratio is against it.
@@ -68,6 +69,9 @@ TARGETS: tuple[BenchTarget, ...] = (
     BenchTarget("gateway-chat", "(b) gateway, ensemble route, chat completions", "gateway", endpoint="chat"),
     BenchTarget(
         "gateway-responses", "(b) gateway, ensemble route, Responses API", "gateway", endpoint="responses"
+    ),
+    BenchTarget(
+        "gateway-messages", "(b) gateway, ensemble route, Messages API", "gateway", endpoint="messages"
     ),
     BenchTarget("triton-http", "(c) Triton HTTP generate_stream", "triton-http"),
     BenchTarget("litellm", "(d) LiteLLM proxy, Triton provider", "litellm"),
@@ -284,12 +288,12 @@ async def start_target(
             await asyncio.to_thread(
                 wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", 180.0, log_path
             )
-            client = OpenAITarget(
-                f"http://127.0.0.1:{port}/v1",
-                stack.served_name,
-                replace(workload, endpoint=target.endpoint),
-                name=target.key,
-            )
+            base = f"http://127.0.0.1:{port}"
+            if target.endpoint == "messages":
+                client = AnthropicTarget(base, stack.served_name, workload, name=target.key)
+            else:
+                openai_workload = replace(workload, endpoint=target.endpoint)
+                client = OpenAITarget(base + "/v1", stack.served_name, openai_workload, name=target.key)
             await client.open(max_conc)
             try:
                 yield Running(
@@ -807,6 +811,15 @@ def target_checks(rows: Sequence[dict[str, Any]]) -> list[str]:
                     f"- {key} vs LiteLLM at concurrency {c}: throughput {tput:.2f}x (target >= 3x), "
                     f"CPU per token {cpu_r:.2f}x (target <= 0.33x): {verdict(tput >= 3 and cpu_r <= 1 / 3)}"
                 )
+    for c in sorted({r["concurrency"] for r in rows}):
+        chat, messages = by.get(("gateway-chat", c)), by.get(("gateway-messages", c))
+        if chat and messages and chat["client_cpu_ms_per_token"]:
+            ratio = messages["client_cpu_ms_per_token"] / chat["client_cpu_ms_per_token"]
+            out.append(
+                f"- gateway-messages vs gateway-chat at concurrency {c}: "
+                f"CPU per streamed token {ratio:.2f}x "
+                f"(target <= 1.2x): {verdict(ratio <= 1.2)}"
+            )
     return out
 
 

@@ -66,6 +66,11 @@ class ChoiceState:
         return out
 
     @property
+    def stop_sequence(self) -> str | None:
+        """The stop string that ended this choice, if one did."""
+        return self._stop.matched
+
+    @property
     def done(self) -> bool:
         return self.finish_reason is not None
 

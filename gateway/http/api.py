@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter
 
 from gateway.core.generation import GenerationService
+from gateway.http.middleware import ErrorShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,3 +17,7 @@ class Api:
     # Built once at start-up over the served models, limits and metrics; routes get it with
     # `gateway.http.services.service(request, ServiceClass)`.
     service: type[GenerationService] | None = None
+    # An API with its own error body (not OpenAI's) claims the paths under this prefix, so that
+    # errors outside its routes (middleware refusals, unknown methods) leave in its shape too.
+    error_prefix: str | None = None
+    error_shape: ErrorShape | None = None

@@ -29,35 +29,38 @@ access_log = logging.getLogger(ACCESS_LOGGER)
 IGNORED_FIELDS_HEADER = b"x-gateway-ignored-fields"
 
 
-# The API's error body for an error (OpenAI's: gateway.apis.openai.errors.error_body).
-ErrorBody = Callable[[GatewayError], dict[str, Any]]
+# The status and body an error leaves with on a path: each API has its own error shape (OpenAI's
+# on /v1/chat/completions, Anthropic's on /v1/messages); the app says which path is whose
+# (gateway.apis.error_shape).
+ErrorShape = Callable[[str, GatewayError], tuple[int, dict[str, Any]]]
 
 
-async def send_error(send: Send, error: GatewayError, error_body: ErrorBody) -> None:
+async def send_error(send: Send, error: GatewayError, path: str, error_shape: ErrorShape) -> None:
+    status, body = error_shape(path, error)
     headers = [(b"content-type", b"application/json")]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
-    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": orjson.dumps(error_body(error))})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
 
 class ApiKeyMiddleware:
-    """Bearer keys on /v1 (and /metrics when asked); health stays open for probes."""
+    """API keys on /v1 (and /metrics when asked), as `Authorization: Bearer KEY` or, as
+    Anthropic's clients send it, `x-api-key: KEY` (the same keys); health stays open for probes."""
 
     def __init__(
-        self, app: ASGIApp, keys: list[str], *, protect_metrics: bool, error_body: ErrorBody
+        self, app: ASGIApp, keys: list[str], *, protect_metrics: bool, error_shape: ErrorShape
     ) -> None:
         self.app = app
-        self._error_body = error_body
+        self._error_shape = error_shape
         self._keys = [k.encode() for k in keys]
         self._protect_metrics = protect_metrics
 
     def _protected(self, path: str) -> bool:
         return path.startswith("/v1") or (self._protect_metrics and path == "/metrics")
 
-    def _valid(self, header: bytes | None) -> bool:
-        if not header or not header.lower().startswith(b"bearer "):
+    def _valid(self, given: bytes | None) -> bool:
+        if not given:
             return False
-        given = header[7:].strip()
         # Compare against every key, always, so timing reveals neither which key nor how much matched.
         ok = False
         for key in self._keys:
@@ -66,14 +69,22 @@ class ApiKeyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._protected(scope["path"]):
-            header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-            if not self._valid(header):
+            given = None
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    given = value[7:].strip() if value.lower().startswith(b"bearer ") else b""
+                    break
+                if name == b"x-api-key":
+                    given = value.strip()
+                    break
+            if not self._valid(given):
                 message = (
-                    "You didn't provide an API key. Provide it in the Authorization header (Bearer YOUR_KEY)."
-                    if header is None
+                    "You didn't provide an API key. Provide it in the Authorization header "
+                    "(Bearer YOUR_KEY) or the x-api-key header."
+                    if given is None
                     else "Incorrect API key provided."
                 )
-                await send_error(send, AuthenticationError(message), self._error_body)
+                await send_error(send, AuthenticationError(message), scope["path"], self._error_shape)
                 return
         await self.app(scope, receive, send)
 
@@ -81,9 +92,9 @@ class ApiKeyMiddleware:
 class BodySizeMiddleware:
     """413 for bodies over the limit, by Content-Length or by counting a chunked body."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, *, error_body: ErrorBody) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, *, error_shape: ErrorShape) -> None:
         self.app = app
-        self._error_body = error_body
+        self._error_shape = error_shape
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -95,7 +106,7 @@ class BodySizeMiddleware:
         length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if length is not None and length.isdigit():
             if int(length) > limit:
-                await send_error(send, too_large, self._error_body)
+                await send_error(send, too_large, scope["path"], self._error_shape)
                 return
             # The HTTP server delivers no more than Content-Length bytes: nothing left to count,
             # and streamed responses pass without an extra wrapper per chunk.
@@ -127,7 +138,7 @@ class BodySizeMiddleware:
             # Raised outside a route's body parsing (nothing caught it): answer here.
             if exc.status_code != 413 or started:
                 raise
-            await send_error(send, too_large, self._error_body)
+            await send_error(send, too_large, scope["path"], self._error_shape)
 
 
 class AdmissionMiddleware:
@@ -143,7 +154,7 @@ class AdmissionMiddleware:
         app: ASGIApp,
         *,
         paths: frozenset[str],
-        error_body: ErrorBody,
+        error_shape: ErrorShape,
         max_concurrent: int,
         max_queued: int,
         queue_timeout_s: float,
@@ -152,7 +163,7 @@ class AdmissionMiddleware:
         self.app = app
         # The generation routes' paths, taken from the app's routes (routing.generation_paths).
         self._paths = paths
-        self._error_body = error_body
+        self._error_shape = error_shape
         self._slots = asyncio.Semaphore(max_concurrent)
         self._max_queued = max_queued
         self._queued = 0
@@ -171,14 +182,14 @@ class AdmissionMiddleware:
             return
         if self._slots.locked():
             if self._queued >= self._max_queued:
-                await send_error(send, self._overloaded(), self._error_body)
+                await send_error(send, self._overloaded(), scope["path"], self._error_shape)
                 return
             self._queued += 1
             self._metrics.queued.inc()
             try:
                 await asyncio.wait_for(self._slots.acquire(), self._timeout)
             except TimeoutError:
-                await send_error(send, self._overloaded(), self._error_body)
+                await send_error(send, self._overloaded(), scope["path"], self._error_shape)
                 return
             finally:
                 self._queued -= 1

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import Request
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.asyncutil import Started, started
@@ -75,10 +75,16 @@ class _EventStream(EventSourceResponse):
             await self._events.aclose()
 
 
-async def event_stream(request: Request, events: AsyncGenerator[bytes, None]) -> EventSourceResponse:
-    """Streams finished SSE events (`data: ...` frames, see apis.openai.sse); sse-starlette adds
-    the keep-alive pings, and when the client goes away it cancels the task that iterates
-    `events`, which closes the engine stream and so cancels the Triton request."""
+async def event_stream(
+    request: Request,
+    events: AsyncGenerator[bytes, None],
+    *,
+    ping: Callable[[], ServerSentEvent] | None = None,
+) -> EventSourceResponse:
+    """Streams finished SSE events (each API's own frames); sse-starlette adds the keep-alive
+    pings (an SSE comment, or the API's own `ping` event), and when the client goes away it
+    cancels the task that iterates `events`, which closes the engine stream and so cancels the
+    Triton request."""
     first = started(events)
     # One turn of the event loop: the task started for the first event runs until it waits,
     # which is after it has handed the Triton request to gRPC. The response's own set-up (making
@@ -90,6 +96,7 @@ async def event_stream(request: Request, events: AsyncGenerator[bytes, None]) ->
         first,
         sep="\n",
         ping=settings.sse_ping_s,
+        ping_message_factory=ping,
         # On SIGTERM open streams may finish for this long before they are cancelled
         # (cancelling them cancels their Triton requests).
         shutdown_grace_period=settings.shutdown_grace_s,

@@ -11,12 +11,14 @@ from collections.abc import Sequence
 
 
 class StopStringMatcher:
-    __slots__ = ("_buffer", "_stops", "stopped")
+    __slots__ = ("_buffer", "_stops", "matched", "stopped")
 
     def __init__(self, stops: Sequence[str]) -> None:
         self._stops = tuple(s for s in stops if s)
         self._buffer = ""
         self.stopped = False
+        # The stop string that matched (Anthropic's `stop_sequence` names it).
+        self.matched: str | None = None
 
     def push(self, text: str) -> str:
         """Feed new text; return what can be emitted now. Sets `stopped` on a match."""
@@ -27,16 +29,17 @@ class StopStringMatcher:
         buffer = self._buffer + text
         # The stop string that completes first wins (as if text arrived a character at a time),
         # so the result does not depend on how the stream was split; ties go to the longest.
-        cut, end = -1, -1
+        cut, end, matched = -1, -1, ""
         for stop in self._stops:
             at = buffer.find(stop)
             if at == -1:
                 continue
             stop_end = at + len(stop)
             if end == -1 or stop_end < end or (stop_end == end and at < cut):
-                cut, end = at, stop_end
+                cut, end, matched = at, stop_end, stop
         if cut != -1:
             self.stopped = True
+            self.matched = matched
             self._buffer = ""
             return buffer[:cut]
         keep = self._held_suffix_length(buffer)

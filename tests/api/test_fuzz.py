@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the HTTP API: whatever arrives, no 5xx, and every error is OpenAI-shaped."""
+"""Property-based fuzzing of the HTTP API: whatever arrives, no 5xx, and every error is in its API's shape."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 from gateway.app import create_app
 from gateway.config import ServedModel, Settings
 from gateway.text.tokenizer import Tokenizer
+from tests.support.anthropic_errors import validate_error
 from tests.support.fake_engine import FakeEngine
 from tests.support.fixtures import build_tiny
 from tests.support.openai_schema import validate
@@ -32,11 +33,14 @@ APP = _app()
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 
-def check_response(status: int, body: bytes, content_type: str) -> None:
+def check_response(status: int, body: bytes, content_type: str, path: str = "/v1/chat/completions") -> None:
     assert status < 500, body[:500]
     if status >= 400:
         payload = json.loads(body)
-        validate("ErrorResponse", payload)
+        if path.startswith("/v1/messages"):
+            validate_error(payload)
+        else:
+            validate("ErrorResponse", payload)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,9 @@ def client() -> Any:
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 def test_schemathesis_finds_no_server_errors(case: schemathesis.Case, client: TestClient) -> None:
     response = case.call(session=client)
-    check_response(response.status_code, response.content, response.headers.get("content-type", ""))
+    check_response(
+        response.status_code, response.content, response.headers.get("content-type", ""), case.path
+    )
 
 
 json_values = st.recursive(

@@ -22,6 +22,7 @@ from gateway.errors import (
     PayloadTooLargeError,
     to_gateway_error,
 )
+from gateway.http.middleware import ErrorShape
 from gateway.http.routing import flatten_routes
 
 logger = logging.getLogger(__name__)
@@ -113,14 +114,21 @@ def allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, error_shape: ErrorShape) -> None:
+    """The app's handlers: OpenAI's bodies, except on the paths `error_shape` gives another API
+    (errors outside that API's routes there: an unknown method or sub-path, a body too large)."""
+
+    def error_response(error: GatewayError, request: Request) -> JSONResponse:
+        status, body = error_shape(request.url.path, error)
+        return JSONResponse(body, status_code=status, headers=error.headers or None)
+
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(validation_error(exc))
+        return error_response(validation_error(exc), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -139,9 +147,9 @@ def install_error_handlers(app: FastAPI) -> None:
         else:
             error = InvalidRequestError(str(exc.detail))
             error.status_code = exc.status_code
-        return error_response(error)
+        return error_response(error, request)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(to_gateway_error(exc))
+        return error_response(to_gateway_error(exc), request)

@@ -48,6 +48,19 @@ def test_every_flag_documents_its_environment_variable() -> None:
         assert f"GATEWAY_{name.upper()}" in text.replace("\n", " ").replace("  ", " ")
 
 
+def test_a_model_s_reasoning_parser_is_one_of_the_registered_formats(tiny_bpe_dir: Path) -> None:
+    import pydantic
+
+    from gateway.text.reasoning.registry import MODEL_FORMATS
+
+    for name in MODEL_FORMATS:
+        assert ServedModel(name="m", tokenizer=tiny_bpe_dir, reasoning_parser=name).reasoning_parser == name
+    with pytest.raises(pydantic.ValidationError, match="reasoning_parser must be one of none, deepseek_r1"):
+        ServedModel(name="m", tokenizer=tiny_bpe_dir, reasoning_parser="o1")
+    spec = ServedModel.parse_spec(f"name=m,tokenizer={tiny_bpe_dir},reasoning_parser=qwen3")
+    assert spec.reasoning_parser == "qwen3"
+
+
 def test_gateway_models_takes_the_flags_own_syntax_json_and_yaml_model_key(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

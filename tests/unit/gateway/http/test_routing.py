@@ -37,11 +37,13 @@ def test_the_registered_apis_generation_routes_are_the_admitted_paths() -> None:
     app = FastAPI()
     for api in APIS:
         app.include_router(api.router)
-    # input_tokens takes its JSON body the same way (and tokenizing an agent's prompt is work
-    # worth bounding); the stored responses' GET/DELETE routes are not admitted.
+    # count_tokens and input_tokens take their JSON body the same way (and tokenizing an agent's
+    # prompt is work worth bounding); the stored responses' GET/DELETE routes are not admitted.
     assert generation_paths(app.routes) == {
         "/v1/completions",
         "/v1/chat/completions",
         "/v1/responses",
         "/v1/responses/input_tokens",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
     }

@@ -69,3 +69,20 @@ def test_any_split_cuts_where_the_first_stop_string_completes(
     else:
         expected = text
     assert run(stops, pieces) == (expected, bool(ends))
+
+
+@pytest.mark.parametrize(
+    ("stops", "pieces", "matched"),
+    [
+        (["END", "STOP"], ["abc ST", "OP END"], "STOP"),
+        (["b", "ab"], ["xa", "b"], "ab"),
+        (["END"], ["no stop here"], None),
+    ],
+)
+def test_the_stop_string_that_matched_is_named(
+    stops: list[str], pieces: list[str], matched: str | None
+) -> None:
+    m = StopStringMatcher(stops)
+    for piece in pieces:
+        m.push(piece)
+    assert m.matched == matched

@@ -1,0 +1,213 @@
+"""/v1/messages over the generation core: a Messages request through the chat template into one
+engine request, and the reply back as Anthropic content, whole or as its event stream."""
+
+from __future__ import annotations
+
+import random
+import secrets
+import string
+import uuid
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+
+from gateway import tracing
+from gateway.apis.messages import errors
+from gateway.apis.messages.protocol import (
+    Message,
+    MessageCountTokensRequest,
+    MessageCreateRequest,
+    MessageTokensCount,
+)
+from gateway.apis.messages.stream import MessageAssembler, MessageStreamWriter, ReplyRouter, stop_reason
+from gateway.apis.messages.translate import ChatPrompt, to_chat
+from gateway.core import validation as v
+from gateway.core.generation import (
+    GenerationService,
+    PreparedRequest,
+    build_generation,
+    events,
+    stream_failure,
+)
+from gateway.core.models import ModelRuntime
+from gateway.core.output import OutputPlan, plan_output
+from gateway.engine import SamplingParams
+from gateway.logs import current_request
+from gateway.text.reasoning import get_format
+
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+
+def _note_ignored(extra: dict[str, object] | None) -> None:
+    """Fields Anthropic defines that the gateway does not use (`context_management`, betas'
+    fields) are accepted, as the Messages API must for agents; the access log and the
+    `x-gateway-ignored-fields` header name them."""
+    record = current_request.get()
+    if record is not None and extra:
+        record.ignored_fields = tuple(extra)
+
+
+def new_message_id() -> str:
+    return "msg_" + uuid.uuid4().hex
+
+
+def new_tool_use_id() -> str:
+    """Shaped like Anthropic's: ``toolu_`` and 24 random letters and digits."""
+    return "toolu_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedMessage:
+    """A Messages request ready to run: the core's prepared request and how to show thinking."""
+
+    prepared: PreparedRequest
+    # False when the client asked for thinking to be omitted (`thinking.display: "omitted"`).
+    show_thinking: bool = True
+
+
+class MessagesService(GenerationService):
+    def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[str, OutputPlan]:
+        plan = plan_output(
+            tools=chat.tools,
+            tool_choice=chat.tool_choice,
+            parallel_tool_calls=chat.parallel_tool_calls,
+            response_format=chat.response_format,
+            model_tool_format=runtime.config.tool_parser,
+            guided_decoding=runtime.engine.info.guided_decoding,
+        )
+        kwargs = chat.template_kwargs()
+        if plan.template_tools is not None:
+            kwargs["tools"] = plan.template_tools
+        with tracing.span("tokenize", model=runtime.name):
+            return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
+
+    async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedMessage:
+        runtime = self._registry.get(body.model)
+        await runtime.engine.ensure_ready()
+        _note_ignored(body.model_extra)
+        chat = to_chat(body, max_tokens=body.max_tokens)
+        stops = v.stop_strings(body.stop_sequences, self._limits)
+        prompt, plan = self._render(runtime, chat)
+        ids, max_tokens = self._budget(runtime, prompt, body.max_tokens)
+        message_id = new_message_id()
+        # Without a temperature the engine's own defaults sample; a fresh seed keeps TensorRT-LLM
+        # (default seed 0) from sampling the same text for every request.
+        sampling = body.temperature is None or body.temperature > 0
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
+            top_k=body.top_k,
+            seed=random.getrandbits(63) if sampling else None,
+            ignore_eos=bool(body.ignore_eos),
+        )
+        generation = build_generation(
+            runtime,
+            request_id=message_id,
+            prompt_text=prompt,
+            prompt_ids=ids,
+            params=params,
+            num_sequences=1,
+            stops=stops,
+            first_index=0,
+            guide=plan.guide,
+        )
+        prepared = PreparedRequest(
+            runtime,
+            [generation],
+            message_id,
+            timeout_s=v.request_deadline(self._limits, timeout_s),
+            tool_format=plan.tool_format,
+            tool_names=plan.tool_names,
+        )
+        display = getattr(body.thinking, "display", None)
+        return PreparedMessage(prepared, show_thinking=display != "omitted")
+
+    def _budget(self, runtime: ModelRuntime, prompt: str, requested: int) -> tuple[list[int] | None, int]:
+        """The prompt's ids and max_tokens. Agents ask for more than a small context holds
+        (Claude Code: 32000), and Anthropic's API takes `max_tokens` as a ceiling, so it is
+        clamped to what the context (and the server's limit) leaves; a reply cut there ends
+        with stop_reason "max_tokens". A prompt that leaves no room at all is still a 400."""
+        limits = self._limits
+        if limits.max_tokens is not None:
+            requested = min(requested, limits.max_tokens)
+        if runtime.max_model_len is None:
+            return v.prompt_budget(
+                runtime,
+                prompt,
+                requested=requested,
+                param="max_tokens",
+                prompt_param="messages",
+                limits=limits,
+            )
+        ids, room = v.prompt_budget(
+            runtime, prompt, requested=None, param="max_tokens", prompt_param="messages", limits=limits
+        )
+        return ids, min(requested, room)
+
+    async def count_tokens(self, body: MessageCountTokensRequest) -> MessageTokensCount:
+        runtime = self._registry.get(body.model)
+        await runtime.engine.ensure_ready()
+        _note_ignored(body.model_extra)
+        prompt, _ = self._render(runtime, to_chat(body))
+        ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
+        return MessageTokensCount(input_tokens=len(ids))
+
+    def _router(
+        self, prepared: PreparedRequest, sink: MessageStreamWriter | MessageAssembler, *, show_thinking: bool
+    ) -> ReplyRouter:
+        reasoning = None
+        fmt = get_format(prepared.runtime.config.reasoning_parser)
+        if fmt is not None:
+            # The template may have opened (or closed) the think block in the prompt.
+            prompt = prepared.generations[0].request.prompt_text
+            reasoning = fmt.parser(prompt=prompt, make_id=new_tool_use_id)
+        return ReplyRouter(
+            sink,
+            tool_format=prepared.tool_format,
+            tool_names=prepared.tool_names,
+            make_id=new_tool_use_id,
+            reasoning=reasoning,
+            show_thinking=show_thinking,
+        )
+
+    async def create(self, message: PreparedMessage) -> Message:
+        prepared = message.prepared
+        assembler = MessageAssembler()
+        reply = self._router(prepared, assembler, show_thinking=message.show_thinking)
+        finish = "stop"
+        async for event in events(prepared, self._metrics):
+            reply.text(event.text)
+            if event.finish_reason is not None:
+                finish = event.finish_reason
+        reply.finish()
+        stop = prepared.choices[0].stop_sequence
+        return assembler.message(
+            prepared.response_id,
+            prepared.runtime.name,
+            stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop),
+            stop,
+            input_tokens=prepared.prompt_tokens,
+            output_tokens=prepared.completion_tokens,
+        )
+
+    async def stream(self, message: PreparedMessage) -> AsyncGenerator[bytes, None]:
+        prepared = message.prepared
+        writer = MessageStreamWriter(prepared.response_id, prepared.runtime.name)
+        reply = self._router(prepared, writer, show_thinking=message.show_thinking)
+        try:
+            yield writer.start(prepared.prompt_tokens)
+            finish = "stop"
+            async for event in events(prepared, self._metrics):
+                frames = reply.text(event.text) if event.text else b""
+                if event.finish_reason is not None:
+                    finish = event.finish_reason
+                if frames:
+                    yield frames
+            frames = reply.finish()
+            stop = prepared.choices[0].stop_sequence
+            reason = stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop)
+            yield frames + writer.finish(
+                reason, stop, input_tokens=prepared.prompt_tokens, output_tokens=prepared.completion_tokens
+            )
+        except Exception as exc:
+            yield errors.error_event(stream_failure(exc))

@@ -1,0 +1,73 @@
+"""Claude Code (npm `@anthropic-ai/claude-code`) completes a `claude -p` turn against the gateway,
+which serves the agent tiny model (64k context: Claude Code's prompt is about 16 thousand tokens)
+on the real CPU Triton. Run by `make claude-code`, which installs the pinned Claude Code and sets
+CLAUDE_CODE_BIN; `make test` leaves it out (it needs npm and the npm registry)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from deploy.devstack import TritonServer, prepare_dev_repository
+from tests.support.gateway_process import GatewayProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.claude_code]
+
+KEY = "sk-claude-code-test"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    root = tmp_path_factory.mktemp("claude_code")
+    repo = prepare_dev_repository(root / "repo", tokenizer_kind="agent")
+    server = TritonServer([repo.path], work_dir=root / "server")
+    server.start()
+    try:
+        server.wait_ready(300)
+        spec = (
+            f"name=tiny,tokenizer={repo.model_dir},triton_model={repo.ensemble},"
+            "tool_parser=hermes,reasoning_parser=qwen3"
+        )
+        args = ["--triton-url", server.grpc_url, "--model", spec, "--api-keys", KEY, "--access-log"]
+        with GatewayProcess(args) as process:
+            yield process
+    finally:
+        server.stop()
+
+
+def claude(gateway: GatewayProcess, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    binary = os.environ.get("CLAUDE_CODE_BIN")
+    if not binary:
+        pytest.fail("CLAUDE_CODE_BIN is not set: run `make claude-code`, which installs Claude Code")
+    (home / "work").mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": gateway.base_url,
+        "ANTHROPIC_API_KEY": KEY,
+        # No telemetry, update checks or other calls to Anthropic's services: only the gateway.
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    return subprocess.run(
+        [binary, *args], cwd=home / "work", env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def test_claude_code_completes_a_print_mode_turn(gateway: GatewayProcess, tmp_path: Path) -> None:
+    run = claude(gateway, tmp_path, "-p", "Say hello", "--model", "tiny", "--output-format", "json")
+    assert run.returncode == 0, run.stdout + run.stderr + gateway.log_text()
+    result = json.loads(run.stdout)
+    assert result["type"] == "result" and result["subtype"] == "success" and result["is_error"] is False, (
+        result
+    )
+    # The turn went through the Messages API, streamed, and nothing on it failed.
+    access = [line for line in gateway.log_text().splitlines() if "gateway.access" in line]
+    assert any("POST /v1/messages 200" in line for line in access), access
+    assert not any("/v1/messages" in line and " 200 " not in line for line in access), access
