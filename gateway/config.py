@@ -52,6 +52,13 @@ def check_triton_url(url: str) -> str:
 _SPEC_VALUES = {"tokenizer": "DIR", "chat_template": "FILE", "max_model_len": "N", "name": "NAME"}
 
 
+def registered(field: str, value: str, allowed: tuple[str, ...]) -> str:
+    """A plug-in name from its registry (tool and reasoning formats, routing policies)."""
+    if value not in allowed:
+        raise ValueError(f"{field} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
 class ServedModel(BaseModel):
     """One model as clients see it, and where it lives in Triton."""
 
@@ -109,16 +116,12 @@ class ServedModel(BaseModel):
     @field_validator("tool_parser")
     @classmethod
     def _registered_tool_parser(cls, value: str) -> str:
-        if value not in MODEL_FORMATS:
-            raise ValueError(f"tool_parser must be one of {', '.join(MODEL_FORMATS)}, not {value!r}")
-        return value
+        return registered("tool_parser", value, MODEL_FORMATS)
 
     @field_validator("reasoning_parser")
     @classmethod
     def _registered_reasoning_parser(cls, value: str) -> str:
-        if value not in REASONING_FORMATS:
-            raise ValueError(f"reasoning_parser must be one of {', '.join(REASONING_FORMATS)}, not {value!r}")
-        return value
+        return registered("reasoning_parser", value, REASONING_FORMATS)
 
     @classmethod
     def parse_spec(cls, spec: str) -> ServedModel:
@@ -252,9 +255,7 @@ class Settings(BaseSettings):
     @field_validator("routing_policy")
     @classmethod
     def _registered_policy(cls, value: str) -> str:
-        if value not in POLICY_NAMES:
-            raise ValueError(f"routing_policy must be one of {', '.join(POLICY_NAMES)}, not {value!r}")
-        return value
+        return registered("routing_policy", value, POLICY_NAMES)
 
     state_dir: Path = Field(
         default_factory=lambda: Path.home() / ".local" / "state" / "trtllm-openai-gateway",
