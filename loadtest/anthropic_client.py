@@ -10,7 +10,7 @@ import aiohttp
 from loadtest.fastjson import dumps as _dumps
 from loadtest.metrics import RequestRecord
 from loadtest.sse import SSEParser, loads
-from loadtest.target import detail, error_kind, http_session
+from loadtest.target import detail, error_kind, http_session, server_message
 from loadtest.workload import Prompt, Workload
 
 
@@ -77,7 +77,7 @@ class AnthropicTarget:
             async with session.post(self._url, data=content, headers=self._headers) as resp:
                 if resp.status != 200:
                     body = await resp.read()
-                    error, error_msg = f"http_{resp.status}", detail(body.decode("utf-8", "replace"))
+                    error, error_msg = f"http_{resp.status}", detail(server_message(body))
                 elif stream:
                     parser = SSEParser()
                     done = False

@@ -191,7 +191,7 @@ class OpenAITarget:
             async with session.post(self._url, data=content, headers=self._headers) as resp:
                 if resp.status != 200:
                     body = await resp.read()
-                    error, error_msg = f"http_{resp.status}", detail(body.decode("utf-8", "replace"))
+                    error, error_msg = f"http_{resp.status}", detail(server_message(body))
                 elif stream:
                     parser = SSEParser()
                     done = False

@@ -58,8 +58,8 @@ def error_kind(exc: BaseException) -> str:
 
 
 def server_message(body: bytes) -> str:
-    """An error response's message: OpenAI's `error.message` (or a string `error`/`detail`) when
-    the body is JSON shaped so, else the body's text."""
+    """An error response's message: `error.message` (OpenAI's and Anthropic's shapes), or a string
+    `error`/`detail`, when the body is JSON shaped so, else the body's text."""
     text = body.decode("utf-8", "replace").strip()
     try:
         parsed = json.loads(text)

@@ -171,6 +171,7 @@ async def test_an_http_error_is_reported_with_the_servers_own_message():
     ("body", "message"),
     [
         (b'{"error": {"message": "m1"}}', "m1"),
+        (b'{"type": "error", "error": {"type": "not_found_error", "message": "m2"}}', "m2"),
         (b'{"detail": "Not Found"}', "Not Found"),
         (b'{"error": "plain"}', "plain"),
         (b"<html>bad gateway</html>", "<html>bad gateway</html>"),
