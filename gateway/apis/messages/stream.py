@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any, Final, Literal, Protocol
 
+import jiter
 import orjson
 from sse_starlette import ServerSentEvent
 
@@ -72,6 +73,22 @@ def stop_reason(finish_reason: str, *, tool_calls: int, stop_sequence: str | Non
     if stop_sequence is not None:
         return "stop_sequence"
     return "tool_use" if tool_calls else "end_turn"
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool_use block's `input` from its call's arguments text (always JSON as far as it goes, see
+    `gateway.text.tool_calls`), read the way the anthropic SDK reads the `input_json_delta`s of a
+    stream (jiter's partial mode), so a whole message and a streamed one agree. Whole arguments give
+    their object. Arguments cut by max_tokens give what was written: a cut string value is left
+    out, a number is read as far as it goes, a cut nested object or array keeps its complete
+    members. Anything that is not the start of an object gives {}."""
+    if not arguments:
+        return {}
+    try:
+        value = jiter.from_json(arguments.encode(), partial_mode=True)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class ContentSink(Protocol):
@@ -199,7 +216,7 @@ class MessageAssembler:
                 out.append(ThinkingBlock(thinking=block["thinking"]))
             else:
                 raw = "".join(self._inputs[i])
-                out.append(ToolUseBlock(id=block["id"], name=block["name"], input=orjson.loads(raw or "{}")))
+                out.append(ToolUseBlock(id=block["id"], name=block["name"], input=tool_input(raw)))
         return out
 
     def message(
