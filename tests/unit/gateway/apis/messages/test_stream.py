@@ -26,6 +26,7 @@ from gateway.apis.messages.stream import (
     frame,
     ping_event,
     stop_reason,
+    tool_input,
 )
 from gateway.errors import EngineError
 
@@ -266,6 +267,32 @@ def test_a_valid_tool_call_streamed_in_any_split_accumulates_to_the_same_message
         assert message == whole
         assert accumulate(stream) == whole
     assert accumulate(whole_stream) == whole
+
+
+def test_a_tool_call_cut_anywhere_accumulates_in_the_sdk_to_the_assembled_message() -> None:
+    reply = 'Sure.<tool_call>{"name": "get_weather", "arguments": {"city": "Tokyo", "days": [1, 22]}}'
+    for cut in range(1, len(reply) + 1):
+        stream, message = run([("text", reply[:cut])])
+        assert accumulate(stream) == message
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ('{"city":"Tokyo","days":[1,22]}', {"city": "Tokyo", "days": [1, 22]}),
+        ('{"city":"Tokyo","days":[1,2', {"city": "Tokyo", "days": [1, 2]}),
+        ('{"city":"Tok', {}),
+        ('{"a":{"b":1,"c":"x', {"a": {"b": 1}}),
+        ("{", {}),
+        ("", {}),
+        ("[1]", {}),
+        ("{oops", {}),
+    ],
+)
+def test_a_tool_use_input_is_what_parsed_of_its_arguments(
+    arguments: str, expected: dict[str, object]
+) -> None:
+    assert tool_input(arguments) == expected
 
 
 def run_reasoning(
