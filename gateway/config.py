@@ -409,11 +409,15 @@ def read_key_file(path: Path) -> dict[str, int | None]:
         for option in options:
             name, sep, value = option.partition("=")
             if name != "priority" or not sep:
-                raise ValueError(f"{path} line {number}: expected `KEY` or `KEY priority=N`, not {option!r} after the key")
+                raise ValueError(
+                    f"{path} line {number}: expected `KEY` or `KEY priority=N`, not {option!r} after the key"
+                )
             try:
                 priority = int(value)
             except ValueError:
-                raise ValueError(f"{path} line {number}: priority must be an integer, not {value!r}") from None
+                raise ValueError(
+                    f"{path} line {number}: priority must be an integer, not {value!r}"
+                ) from None
         keys[key] = priority
     return keys
 

@@ -196,7 +196,9 @@ class AdmissionMiddleware:
             # The key middleware, outside this one, has already refused an unknown key.
             key = presented_key(scope["headers"])
             default = self._key_priorities.get(key, 0) if key else 0
-        ticket = Ticket(self._queue, default_priority=default, retry_after_s=self._retry_after, events=self._events)
+        ticket = Ticket(
+            self._queue, default_priority=default, retry_after_s=self._retry_after, events=self._events
+        )
         scope[TICKET_KEY] = ticket
         try:
             await self.app(scope, receive, send)

@@ -48,7 +48,9 @@ class Order:
         return asyncio.create_task(run())
 
 
-async def test_a_freed_slot_goes_to_the_most_urgent_waiter_first_come_first_served_within_a_priority() -> None:
+async def test_a_freed_slot_goes_to_the_most_urgent_waiter_first_come_first_served_within_a_priority() -> (
+    None
+):
     queue = AdmissionQueue(max_running=1, max_queued=10, timeout_s=30)
     await queue.acquire(0)
     order = Order(queue)
