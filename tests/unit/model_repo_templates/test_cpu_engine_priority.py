@@ -33,7 +33,8 @@ def test_waiting_requests_start_most_urgent_first_and_in_arrival_order_within_a_
     lock = threading.Lock()
     sinks = []
     # Submitted before the loop starts, so all of them wait and only the order decides.
-    for name, priority in [("low", 0.1), ("default-1", 0.5), ("high", 0.9), ("default-2", 0.5), ("plain", None)]:
+    arrivals = [("low", 0.1), ("default-1", 0.5), ("high", 0.9), ("default-2", 0.5), ("plain", None)]
+    for name, priority in arrivals:
         sink = _Sink(name, order, lock)
         sinks.append(sink)
         extra = {} if priority is None else {"priority": priority}
