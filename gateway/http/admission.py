@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from starlette.requests import HTTPConnection
 
 from gateway.errors import OverloadedError
+from gateway.logs import current_request
 
 # Why a request was refused: the queue was full of requests at least as urgent, a more urgent
 # request took its place in the queue, or it waited longer than the queue timeout.
@@ -209,6 +210,9 @@ class Ticket:
         resolve = getattr(body, "admission_priority", None)
         priority = resolve(self.default_priority) if resolve is not None else self.default_priority
         self.priority = priority
+        record = current_request.get()
+        if record is not None:
+            record.priority = priority
         start = time.perf_counter()
         try:
             await self._queue.acquire(priority, on_displaced=self._displaced)

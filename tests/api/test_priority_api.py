@@ -5,6 +5,7 @@ service tiers, metrics, and the priority handed to the engine."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -124,8 +125,9 @@ async def test_a_freed_slot_goes_to_the_most_urgent_waiter_and_equals_go_in_arri
 
 
 async def test_an_api_keys_default_priority_applies_unless_the_request_sets_one(
-    make_client: MakeClient, tmp_path
+    make_client: MakeClient, tmp_path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
     keys = tmp_path / "keys"
     keys.write_text("# batch jobs wait\nbatch-key priority=20\ninteractive-key priority=-2\nplain-key\n")
     client, engine = await make_client(settings={"api_key_file": keys})
@@ -148,6 +150,8 @@ async def test_an_api_keys_default_priority_applies_unless_the_request_sets_one(
         )
         assert r.status_code == 200, r.text
     assert [r.priority for r in engine.requests] == [c[2] for c in cases] + [-2, 0]
+    logged = [rec.fields["priority"] for rec in caplog.records if rec.name == "gateway.access"]  # type: ignore[attr-defined]
+    assert logged == [c[2] for c in cases] + [-2, 0]
 
 
 @pytest.mark.parametrize(
