@@ -160,7 +160,9 @@ class AdmissionMiddleware:
     generation request a ticket (with its API key's default priority) and the route waits on it
     once the body is parsed (`admission.admit`). The slot is held until the response (the whole
     stream) is done; a request refused, displaced from a full queue or timed out in it gets a 429
-    with Retry-After in its API's error shape.
+    with Retry-After in its API's error shape. Each body is read before its request waits (at
+    most --max-body-bytes); a refused one is dropped at once, so what is kept stays bounded by the
+    running and queued requests.
     """
 
     def __init__(
