@@ -225,6 +225,10 @@ async def test_chat_template_kwargs_and_reasoning_effort_reach_the_template(
         ({}, "think=default effort=default custom=default"),
         ({"chat_template_kwargs": {"enable_thinking": False}}, "think=False effort=default custom=default"),
         ({"reasoning_effort": "low"}, "think=default effort=low custom=default"),
+        # OpenAI's efforts onto the low/medium/high templates take; "none" switches thinking off.
+        ({"reasoning_effort": "xhigh"}, "think=default effort=high custom=default"),
+        ({"reasoning_effort": "minimal"}, "think=default effort=low custom=default"),
+        ({"reasoning_effort": "none"}, "think=False effort=default custom=default"),
         # An unknown key is the template's business; the kwargs say the effort more precisely.
         (
             {"reasoning_effort": "low", "chat_template_kwargs": {"custom": [1], "reasoning_effort": "high"}},
@@ -282,6 +286,10 @@ async def test_a_response_has_a_reasoning_item_before_its_message_and_counts_rea
     details = body["usage"]["output_tokens_details"]
     assert details["reasoning_tokens"] == thinking_tokens(engine, "\n" + THOUGHT + "\n")
     assert "Reasoning: low" in engine.requests[-1].prompt_text
+    # Effort "none" is thinking off: the agent template closes an empty think block.
+    r = await responses(client, reasoning={"effort": "none"})
+    assert r.status_code == 200, r.text
+    assert engine.requests[-1].prompt_text.endswith("<think>\n\n</think>\n\n")
 
 
 def without_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:

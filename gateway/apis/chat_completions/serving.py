@@ -33,6 +33,7 @@ from gateway.core.generation import (
     stream_failure,
 )
 from gateway.core.output import plan_output
+from gateway.core.reasoning import effort_template_kwargs
 from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError
 from gateway.text.reasoning import ReasoningDelta
@@ -60,9 +61,9 @@ class ChatCompletionsService(GenerationService):
         )
         messages = [_template_message(m, i) for i, m in enumerate(body.messages)]
         template_kwargs = dict(body.chat_template_kwargs or {})
-        if body.reasoning_effort is not None:
+        for key, value in effort_template_kwargs(body.reasoning_effort).items():
             # The client's chat_template_kwargs say it more precisely, if they say it.
-            template_kwargs.setdefault("reasoning_effort", body.reasoning_effort)
+            template_kwargs.setdefault(key, value)
         if plan.template_tools is not None:
             template_kwargs["tools"] = plan.template_tools
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens

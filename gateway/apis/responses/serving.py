@@ -34,6 +34,7 @@ from gateway.config import Settings
 from gateway.core.generation import GenerationService, PreparedRequest, build_generation, events
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
+from gateway.core.reasoning import effort_template_kwargs
 from gateway.core.validation import (
     RequestLimits,
     prompt_budget,
@@ -236,8 +237,8 @@ class ResponsesService(GenerationService):
         template_kwargs: dict[str, Any] = {}
         if plan.template_tools is not None:
             template_kwargs["tools"] = plan.template_tools
-        if body.reasoning is not None and body.reasoning.effort is not None:
-            template_kwargs["reasoning_effort"] = body.reasoning.effort
+        if body.reasoning is not None:
+            template_kwargs.update(effort_template_kwargs(body.reasoning.effort))
 
         def render(kept: Sequence[InputItem]) -> str:
             messages = it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
