@@ -372,3 +372,23 @@ async def test_sealed_reasoning_comes_back_encrypted_and_is_restored_when_handed
     r = await responses(client, input=handed_back, tools=[tool], store=False)
     assert r.status_code == 200, r.text
     assert "<think>\nNeeds a tool.\n</think>" in engine.requests[-1].prompt_text
+
+
+async def test_chat_logprobs_cover_thinking_and_answer_alike_whole_and_streamed(
+    make_agent: MakeClient,
+) -> None:
+    client, engine = await make_agent(reply=lambda req, i: SELF_OPENED)
+    whole = (await chat(client, logprobs=True)).json()
+    entries = whole["choices"][0]["logprobs"]["content"]
+    assert len(entries) == len(engine.tokenizer.encode(SELF_OPENED, add_special_tokens=False))
+    r = await chat(client, logprobs=True, stream=True)
+    chunks = chunks_of(r.text)
+    streamed = [
+        e for c in chunks if c["choices"] for e in (c["choices"][0]["logprobs"] or {}).get("content") or []
+    ]
+    assert [e["token"] for e in streamed] == [e["token"] for e in entries]
+    # Each text chunk carries its own tokens' entries: the thinking's go with reasoning_content.
+    first = next(
+        c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["delta"].get("reasoning_content")
+    )
+    assert first["logprobs"]["content"]
