@@ -230,6 +230,7 @@ def build_generation(
     affinity: str | None = None,
     stream: bool = True,
     reasoning: bool = False,
+    priority: int = 0,
 ) -> Generation:
     """`reasoning`: the reply will be split by the model's reasoning format (chat completions,
     Responses, Messages), so it is decoded the way that format reads it, with its ids kept for
@@ -255,6 +256,7 @@ def build_generation(
         vocab_size=runtime.vocab_size,
         affinity=affinity,
         stream=stream,
+        priority=priority,
     )
     engine = runtime.engine.info
     # A text result that repeats the prompt starts with the prompt's decoding: cut it there.
