@@ -29,7 +29,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     server = TritonServer([repo.path], work_dir=root / "server")
     server.start()
     try:
-        server.wait_ready(300)
+        # Generous: the CPU Triton loads its torch model slowly on a loaded machine.
+        server.wait_ready(600)
         # As `gateway dev` serves it: Codex sets no output limit and the random model rarely ends
         # by itself, so a default limit ends the turn, as completed (Codex errors on incomplete).
         spec = (

@@ -54,7 +54,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayPr
     server = TritonServer([repo.path], work_dir=root / "server")
     server.start()
     try:
-        server.wait_ready(300)
+        # Generous: the CPU Triton loads its torch model slowly on a loaded machine.
+        server.wait_ready(600)
         spec = (
             f"name=tiny,tokenizer={repo.model_dir},triton_model={repo.ensemble},"
             "reasoning_parser=deepseek_r1,default_max_tokens=48"
