@@ -29,10 +29,12 @@ from gateway.http.middleware import (
     BodySizeMiddleware,
     ObservabilityMiddleware,
 )
+from gateway.http.ratelimit import RateLimitMiddleware
 from gateway.http.routing import DirectRoutes, generation_paths
 from gateway.http.services import Services
 from gateway.logs import Repeating
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit import KeyLimits, Limits, open_limiter
 from gateway.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -165,6 +167,8 @@ def create_app(
                 await runtime.engine.close()
             if triton is not None:
                 await triton.close()
+            if limiter is not None:
+                await limiter.close()
 
     app = FastAPI(
         title="TensorRT-LLM OpenAI gateway",
@@ -198,6 +202,25 @@ def create_app(
         error_shape=error_shape,
     )
     keys = settings.accepted_keys()
+    key_limits = KeyLimits(
+        Limits(settings.rate_limit_rpm, settings.rate_limit_tpm),
+        {
+            k.key: Limits(
+                k.rpm if k.rpm is not None else settings.rate_limit_rpm,
+                k.tpm if k.tpm is not None else settings.rate_limit_tpm,
+            )
+            for k in settings.key_rate_limits
+        },
+    )
+    limiter = open_limiter(settings.state_url) if key_limits.configured else None
+    if limiter is not None:
+        app.add_middleware(
+            RateLimitMiddleware,
+            paths=generation_paths(app.routes),
+            limiter=limiter,
+            limits=key_limits,
+            keyed=bool(keys),
+        )
     if keys:
         app.add_middleware(
             ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics, error_shape=error_shape

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.routing.registry import DEFAULT_POLICY, POLICY_NAMES
@@ -19,7 +19,7 @@ from gateway.text.tool_calls.registry import MODEL_FORMATS
 Route = Literal["auto", "ensemble", "engine"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 # Settings whose flag differs from `--field-name` (repeatable, singular).
-FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model"}
+FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model", "key_rate_limits": "--key-rate-limit"}
 # A gRPC target: HOST:PORT (IPv6 in brackets), or one of gRPC's own schemes (dns:, unix:, ...).
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d{1,5})$")
 _GRPC_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
@@ -155,6 +155,20 @@ class ServedModel(BaseModel):
         )
 
 
+class KeyRateLimit(BaseModel):
+    """One API key's own rate limits (`key=KEY,rpm=N,tpm=N`); a limit left out is the default's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(min_length=1, description="The API key (one of api_keys or api_key_file).")
+    rpm: int | None = Field(default=None, ge=1, description="Requests per minute.")
+    tpm: int | None = Field(default=None, ge=1, description="Tokens per minute.")
+
+    @classmethod
+    def parse_spec(cls, spec: str) -> KeyRateLimit:
+        return cls.model_validate(ServedModel.spec_fields(spec))
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="forbid", env_nested_delimiter="__")
 
@@ -263,7 +277,8 @@ class Settings(BaseSettings):
     )
     response_store: str = Field(
         default="sqlite",
-        description="Where stored responses live: sqlite (a file in state_dir) or memory (this process).",
+        description="Where stored responses live: sqlite (a file in state_dir), memory (this process) "
+        "or redis (the state_url server; the default when state_url is set).",
     )
     response_store_max_age_s: float | None = Field(
         default=30 * 24 * 3600.0, gt=0, description="Stored responses older than this are dropped."
@@ -281,6 +296,62 @@ class Settings(BaseSettings):
         description="A Responses tool the gateway cannot run (web_search, mcp, ...) is a 400 "
         "instead of being left out.",
     )
+    state_url: str | None = Field(
+        default=None,
+        description="Redis or Valkey server shared by gateway replicas (redis://HOST:PORT/DB, rediss://, "
+        "unix://): stored responses and rate limits live there. None: in this process / state_dir.",
+    )
+    rate_limit_rpm: int | None = Field(
+        default=None, ge=1, description="Requests per minute per API key (none: unlimited)."
+    )
+    rate_limit_tpm: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens per minute per API key: prompt plus max_tokens reserved at admission, "
+        "settled to the real usage at the end (none: unlimited).",
+    )
+    key_rate_limits: Annotated[list[KeyRateLimit], NoDecode] = Field(
+        default_factory=list,
+        description="One key's own limits, key=KEY[,rpm=N][,tpm=N] (a limit left out is the default)",
+    )
+
+    @field_validator("state_url")
+    @classmethod
+    def _state_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{value!r} is not a redis://HOST:PORT/DB (or rediss://, unix://) URL")
+        return value
+
+    @field_validator("key_rate_limits", mode="before")
+    @classmethod
+    def _key_limit_specs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            value = [part for part in re.split(r"[;\n]", text) if part.strip()]
+        if isinstance(value, list):
+            return [ServedModel.spec_fields(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _state_backends(self) -> Settings:
+        # A state server holds stored responses too, unless a store was chosen.
+        if self.state_url is not None and "response_store" not in self.model_fields_set:
+            self.response_store = "redis"
+            # Still not set by the user: a config file's choice may override it (Settings.load).
+            self.__pydantic_fields_set__.discard("response_store")
+        if self.response_store == "redis" and self.state_url is None:
+            raise ValueError("response_store redis needs state_url (redis://HOST:PORT/DB)")
+        if self.key_rate_limits:
+            accepted = set(self.accepted_keys())
+            for limit in self.key_rate_limits:
+                if limit.key not in accepted:
+                    raise ValueError(
+                        "key_rate_limits: a key with limits is not one of the accepted API keys "
+                        "(api_keys, api_key_file)"
+                    )
+        return self
 
     @field_validator("response_store")
     @classmethod
