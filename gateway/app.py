@@ -97,6 +97,7 @@ class TritonEngines:
             timeout_s=settings.triton_connect_timeout_s,
             on_health=on_health,
             policy=make_policy(settings.routing_policy, routing),
+            series=metrics.endpoint,
         )
 
     def __call__(self, model: ServedModel) -> Engine:
