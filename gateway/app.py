@@ -214,6 +214,13 @@ def create_app(
         },
     )
     limiter = open_limiter(settings.state_url) if key_limits.configured else None
+    if limiter is not None and settings.state_url is None and settings.workers > 1:
+        logger.warning(
+            "rate limits are kept in each of the %d worker processes (a key may get up to %d times "
+            "its limit); give --state-url to share them",
+            settings.workers,
+            settings.workers,
+        )
     if limiter is not None:
         app.add_middleware(
             RateLimitMiddleware,
