@@ -28,7 +28,7 @@ def gateways(triton_stack: TritonStack, redis_server: RedisServer) -> Iterator[l
         f"name=tiny,tokenizer={model.tokenizer_dir},triton_model={model.ensemble},engine_model={model.engine}"
     )
     args = ["--triton-url", triton_stack.grpc_url, "--model", spec, "--log-level", "warning"]
-    args += ["--state-url", redis_server.url, "--api-keys", f"{LIMITED},{OPEN}"]
+    args += ["--state-url", redis_server.url, "--api-keys", LIMITED, "--api-keys", OPEN]
     args += ["--key-rate-limit", f"key={LIMITED},rpm=3"]
     first, second = GatewayProcess(args), GatewayProcess(args)
     try:
