@@ -33,7 +33,7 @@ async def test_each_response_carries_openais_rate_limit_headers(make_client: Mak
     assert r.headers["x-ratelimit-reset-requests"].endswith("s")
     assert r.headers["x-ratelimit-limit-tokens"] == "600"
     # Reserved at admission: the prompt plus max_tokens (a few tokens may have refilled since).
-    assert 0 <= int(r.headers["x-ratelimit-remaining-tokens"]) - (600 - prompt - 10) <= 20
+    assert 0 <= int(r.headers["x-ratelimit-remaining-tokens"]) - (600 - prompt - 10) <= 60
     assert "retry-after" not in r.headers
     # Not on routes that generate nothing.
     models = await client.get("/v1/models", headers=KEY)
@@ -60,7 +60,7 @@ async def test_over_the_request_limit_is_openais_429_with_retry_after(
     error = assert_error(r, 429, param=None, code="rate_limit_exceeded")
     assert error["type"] == "requests" and "limit 2 per minute" in error["message"]
     # One request comes back every 30 s at 2 per minute.
-    assert r.headers["retry-after"] == "30"
+    assert 28 <= int(r.headers["retry-after"]) <= 30
     assert r.headers["x-ratelimit-remaining-requests"] == "0"
     assert r.headers["x-ratelimit-limit-requests"] == "2"
     assert len(engine.requests) == 2
@@ -73,7 +73,7 @@ async def test_over_the_limit_on_messages_is_anthropics_rate_limit_error(make_cl
     assert (await client.post("/v1/messages", json=body, headers=headers)).status_code == 200
     r = await client.post("/v1/messages", json=body, headers=headers)
     anthropic_errors.assert_error(r, 429, "rate_limit_error", message="Rate limit reached for requests")
-    assert r.headers["retry-after"] == "60"
+    assert 58 <= int(r.headers["retry-after"]) <= 60
     assert r.headers["x-ratelimit-remaining-requests"] == "0"
     assert len(engine.requests) == 1
 
@@ -128,7 +128,7 @@ async def test_unused_reserved_tokens_go_back_to_the_bucket(make_client: MakeCli
     assert second.status_code == 200, second.text
     # What the first really used stays taken; the second's reservation is taken now.
     remaining = int(second.headers["x-ratelimit-remaining-tokens"])
-    assert 0 <= remaining - (600 - usage["total_tokens"] - usage["prompt_tokens"] - 400) <= 20
+    assert 0 <= remaining - (600 - usage["total_tokens"] - usage["prompt_tokens"] - 400) <= 60
 
 
 async def test_n_reserves_max_tokens_for_every_choice(make_client: MakeClient) -> None:

