@@ -153,6 +153,10 @@ def create_app(
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes))
+        if settings.state_url is not None:
+            from gateway.state_server import check
+
+            await check(settings.state_url)
         _freeze_startup_heap()
         try:
             yield

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.errors import StateUnavailableError
 from gateway.ratelimit import Decision, Limits, seconds_to_full
+from gateway.state_server import connect
 
 KEY_PREFIX = "trtllm-gateway:ratelimit:"
 # A bucket untouched for a window is full, the same as no bucket: let the server forget it.
@@ -54,15 +54,6 @@ redis.call('HSET', KEYS[1], 'r', tostring(r), 't', tostring(t), 'at', tostring(n
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return {allowed, tostring(r), tostring(t), tostring(wait)}
 """
-
-
-def connect(url: str) -> aioredis.Redis:
-    """A client for `--state-url` (redis://, rediss://, unix://), failing fast when the server is
-    gone rather than holding requests."""
-    client: aioredis.Redis = aioredis.Redis.from_url(
-        url, socket_connect_timeout=2.0, socket_timeout=5.0, health_check_interval=30
-    )
-    return client
 
 
 class RedisRateLimiter:

@@ -12,7 +12,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from gateway.errors import StateUnavailableError
-from gateway.ratelimit.redis import connect
+from gateway.state_server import connect
 from gateway.store import StoredResponse
 
 KEY_PREFIX = "trtllm-gateway:responses:"
