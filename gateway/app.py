@@ -214,7 +214,7 @@ def create_app(
                 k.rpm if k.rpm is not None else settings.rate_limit_rpm,
                 k.tpm if k.tpm is not None else settings.rate_limit_tpm,
             )
-            for k in settings.key_rate_limits
+            for k in settings.key_limits().values()
         },
     )
     limiter = open_limiter(settings.state_url) if key_limits.configured else None

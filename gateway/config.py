@@ -231,7 +231,8 @@ class Settings(BaseSettings):
     api_key_file: Path | None = Field(
         default=None,
         description="File with one accepted API key per line, each optionally followed by "
-        "priority=N (its requests' default priority; lower is more urgent).",
+        "priority=N (its requests' default priority; lower is more urgent) and its own rate limits "
+        "rpm=N, tpm=N.",
     )
     protect_metrics: bool = Field(default=False, description="Require an API key for /metrics too.")
     cors_origins: Annotated[list[str], NoDecode] = Field(
@@ -429,6 +430,17 @@ class Settings(BaseSettings):
             keys += list(read_key_file(self.api_key_file))
         return keys
 
+    def key_limits(self) -> dict[str, KeyRateLimit]:
+        """Each key's own rate limits: from the key file (`rpm=N`, `tpm=N` after the key), where
+        key_rate_limits does not give that key's."""
+        limits: dict[str, KeyRateLimit] = {}
+        if self.api_key_file is not None:
+            for key, options in read_key_entries(self.api_key_file).items():
+                if "rpm" in options or "tpm" in options:
+                    limits[key] = KeyRateLimit(key=key, rpm=options.get("rpm"), tpm=options.get("tpm"))
+        limits.update({limit.key: limit for limit in self.key_rate_limits})
+        return limits
+
     def key_priorities(self) -> dict[str, int]:
         """Each key's default priority from the key file, where it gives one."""
         if self.api_key_file is None:
@@ -462,11 +474,15 @@ class ConfigFileError(ValueError):
         self.keys = keys
 
 
-def read_key_file(path: Path) -> dict[str, int | None]:
+# Options a key file line may give after the key, and the least value each takes.
+KEY_OPTIONS: dict[str, int | None] = {"priority": None, "rpm": 1, "tpm": 1}
+
+
+def read_key_entries(path: Path) -> dict[str, dict[str, int]]:
     """The API key file: one key per line, optionally followed by `priority=N` (the key's requests'
-    default priority, vLLM's convention: lower is more urgent); blank lines and `#` comments
-    skipped. A ValueError names the line of anything else."""
-    keys: dict[str, int | None] = {}
+    default priority, vLLM's convention: lower is more urgent) and its own rate limits `rpm=N`,
+    `tpm=N`; blank lines and `#` comments skipped. A ValueError names the line of anything else."""
+    keys: dict[str, dict[str, int]] = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -476,21 +492,28 @@ def read_key_file(path: Path) -> dict[str, int | None]:
         if not text or text.startswith("#"):
             continue
         key, *options = text.split()
-        priority: int | None = None
+        values: dict[str, int] = {}
         for option in options:
             name, sep, value = option.partition("=")
-            if name != "priority" or not sep:
+            if name not in KEY_OPTIONS or not sep:
                 raise ValueError(
-                    f"{path} line {number}: expected `KEY` or `KEY priority=N`, not {option!r} after the key"
+                    f"{path} line {number}: expected `KEY` or `KEY priority=N` (and `rpm=N`, `tpm=N`), "
+                    f"not {option!r} after the key"
                 )
             try:
-                priority = int(value)
+                values[name] = int(value)
             except ValueError:
-                raise ValueError(
-                    f"{path} line {number}: priority must be an integer, not {value!r}"
-                ) from None
-        keys[key] = priority
+                raise ValueError(f"{path} line {number}: {name} must be an integer, not {value!r}") from None
+            least = KEY_OPTIONS[name]
+            if least is not None and values[name] < least:
+                raise ValueError(f"{path} line {number}: {name} must be at least {least}, not {value!r}")
+        keys[key] = values
     return keys
+
+
+def read_key_file(path: Path) -> dict[str, int | None]:
+    """Each key of the key file with its default priority (None where it gives none)."""
+    return {key: options.get("priority") for key, options in read_key_entries(path).items()}
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

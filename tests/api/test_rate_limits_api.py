@@ -5,6 +5,7 @@ apps (replicas) share a key's limit and stored responses."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -190,3 +191,22 @@ async def test_a_conversation_stored_through_one_replica_continues_on_another(
     assert "my name is Ada" in texts and "what is my name?" in texts
     assert (await b.delete(f"/v1/responses/{response_id}")).status_code == 200
     assert (await a.get(f"/v1/responses/{response_id}")).status_code == 404
+
+
+async def test_the_key_file_gives_a_keys_own_limits(make_client: MakeClient, tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# team keys\nk-one priority=1 rpm=1\nk-two tpm=50\nk-three\n")
+    client, _ = await make_client(settings={"api_key_file": keys, "rate_limit_rpm": 5})
+    one = {"Authorization": "Bearer k-one"}
+    assert (await client.post("/v1/chat/completions", json=chat(), headers=one)).status_code == 200
+    assert_error(await client.post("/v1/chat/completions", json=chat(), headers=one), 429, param=None)
+    two = await client.post("/v1/chat/completions", json=chat(), headers={"Authorization": "Bearer k-two"})
+    assert (
+        two.headers["x-ratelimit-limit-tokens"] == "50" and two.headers["x-ratelimit-limit-requests"] == "5"
+    )
+    three = await client.post(
+        "/v1/chat/completions", json=chat(), headers={"Authorization": "Bearer k-three"}
+    )
+    assert (
+        three.headers["x-ratelimit-limit-requests"] == "5" and "x-ratelimit-limit-tokens" not in three.headers
+    )

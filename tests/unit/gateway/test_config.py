@@ -146,3 +146,15 @@ def test_key_rate_limits_name_an_accepted_key_and_positive_limits() -> None:
         Settings(api_keys=["k1"], key_rate_limits=["key=k1,rps=5"])
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         Settings(rate_limit_rpm=0)
+
+
+def test_the_key_file_gives_keys_their_own_limits_and_the_setting_wins(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("k1 rpm=5 tpm=100\nk2 priority=0 tpm=7\nk3\n")
+    s = Settings(api_key_file=keys, key_rate_limits=["key=k2,rpm=9"])
+    assert {k: (v.rpm, v.tpm) for k, v in s.key_limits().items()} == {"k1": (5, 100), "k2": (9, None)}
+    assert s.key_priorities() == {"k2": 0}
+    for line, message in (("k1 rpm=0", "rpm must be at least 1"), ("k1 rpm=x", "rpm must be an integer")):
+        keys.write_text(line + "\n")
+        with pytest.raises(ValueError, match=message):
+            Settings(api_key_file=keys)
