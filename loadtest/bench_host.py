@@ -30,6 +30,7 @@ import math
 import multiprocessing
 import os
 import platform
+import signal
 import statistics
 import sys
 import threading
@@ -429,10 +430,14 @@ def start_gateway(stack: HostStack, workers: int, workdir: Path) -> Gateway:
     return Gateway(workers, f"http://127.0.0.1:{port}", proc, log_path)
 
 
-def run_host_bench(cfg: HostConfig, out: Path) -> list[Cell]:
+class Interrupted(Exception):
+    """SIGTERM or SIGINT: stop measuring, report the cells measured so far."""
+
+
+def run_host_bench(cfg: HostConfig, out: Path, cells: list[Cell]) -> list[Cell]:
+    """Measure into `cells` (which keeps what was measured when the run is interrupted)."""
     workdir = out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
-    cells: list[Cell] = []
     with start_stack(cfg, workdir) as stack:
         prompts = synthetic_prompts(
             max(cfg.concurrencies) * (cfg.requests_per_stream + cfg.warmup_per_stream),
@@ -740,7 +745,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = config_from_args(build_parser().parse_args(argv))
     out = Path(cfg.out_dir or f"results/host-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
-    cells = run_host_bench(cfg, out)
+    cells: list[Cell] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, interrupt)
+    try:
+        run_host_bench(cfg, out, cells)
+    except Interrupted as exc:
+        log.warning("interrupted (%s): reporting the %d cells measured", exc, len(cells))
     sys.stdout.write(write_report(out, cfg, cells) + "\n")
     log.info("results in %s/", out)
     return 0
