@@ -126,8 +126,10 @@ def server_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
 _STUB_PROBE = (
     "import sys, sysconfig\n"
     "v = '%d.%d' % sys.version_info[:2]\n"
-    "lib = sysconfig.get_config_var('INSTSONAME') or ''\n"
-    "shared = bool(sysconfig.get_config_var('Py_ENABLE_SHARED'))\n"
+    "import os\n"
+    "name = sysconfig.get_config_var('INSTSONAME') or ''\n"
+    "lib = os.path.join(sysconfig.get_config_var('LIBDIR') or '', name)\n"
+    "shared = bool(name.startswith('libpython') and '.so' in name and os.path.exists(lib))\n"
     "try:\n"
     "    import numpy; n = numpy.__version__\n"
     "except Exception as e:\n"
@@ -171,8 +173,8 @@ def check_stub_environment(env: Mapping[str, str] | None = None, *, python: str 
         )
     if shared != "True" or not soname:
         raise TritonStartError(
-            f"the Python backend stub needs a shared libpython; {python} is built without one "
-            "(use a python3 built with --enable-shared, as distributions' are)"
+            f"the Python backend stub needs {python}'s shared libpython ({soname or 'none'}), which is "
+            "not installed (a python3 built with --enable-shared, or the distribution's libpython package)"
         )
     if numpy_version.startswith("missing"):
         raise TritonStartError(

@@ -49,7 +49,7 @@ def test_numpy_1_passes(tmp_path: Path) -> None:
     ("probe", "expected"),
     [
         ("3.99|True|libpython3.99.so.1.0|1.26.4", f"is for Python {OURS} but python3"),
-        (f"{OURS}|False||1.26.4", "needs a shared libpython"),
+        (f"{OURS}|False||1.26.4", "shared libpython (none), which is not installed"),
         (f"{OURS}|True|libpython{OURS}.so.1.0|missing: No module named 'numpy'", "needs numpy < 2"),
         (f"{OURS}|True|libpython{OURS}.so.1.0|2.0.0", "numpy 2.0.0"),
     ],
