@@ -3,12 +3,13 @@ unpack it there.
 
 `pack` (here, in the project's venv): the tritonserver of the nvidia-pytriton wheel slimmed to what
 it runs on (the binary, the Python backend, one Python version's stub, and only the bundled libraries
-`ldd` resolves for them), xz-compressed, plus wheels of the gateway's dependencies for that Python
-(`pip download`, pinned to the versions installed here) that the host lacks. The whole stays under the
-64 MiB a device call carries.
+`ldd` resolves for them), plus the gateway's dependencies that the host lacks, installed from cp312
+wheels for that Python (pip's --target install for another platform, pinned to the versions
+installed here). Both are xz-packed; the
+whole stays under the 64 MiB a device call carries.
 
-`install` (on the host): a venv of the host's python3 whose own site-packages come first (the wheels,
-numpy < 2 among them: the Python backend stub crashes under numpy 2) and the host's site-packages
+`install` (on the host): a venv of the host's python3 whose own site-packages come first (the bundled
+packages, numpy < 2 among them: the Python backend stub crashes under numpy 2) and the host's site-packages
 after them (torch, transformers, ...), with the slim tritonserver inside it, so `import pytriton`
 finds it as deploy.devstack expects.
 
@@ -33,6 +34,7 @@ from pathlib import Path
 
 LIMIT_BYTES = 64 * 2**20
 TRITON_ARCHIVE = "triton.tar.xz"
+PACKAGES_ARCHIVE = "site-packages.tar.xz"
 # The gateway's and the load generator's imports that a CUDA/PyTorch image usually lacks, with their
 # own dependencies; versions are the ones installed here (what the tests ran with).
 HOST_PACKAGES = (
@@ -55,6 +57,10 @@ HOST_PACKAGES = (
     "cryptography",
     "cffi",
     "pycparser",
+    # tritonclient needs ml_dtypes <= 0.5.4 (the host's newer one wants numpy 2); FastAPI needs
+    # opentelemetry-api (its telemetry hooks, off here).
+    "ml-dtypes",
+    "opentelemetry-api",
 )
 PLATFORMS = (
     "manylinux_2_28_x86_64",
@@ -127,45 +133,54 @@ def pack_triton(out: Path, python: str) -> tuple[Path, set[str]]:
     return archive, missing
 
 
-def download_wheels(out: Path, python: str, packages: Sequence[str]) -> list[Path]:
-    wheels = out / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
+def packages_archive(out: Path, python: str, packages: Sequence[str]) -> tuple[Path, int]:
+    """The packages installed for the host's Python (pip's cross-platform --target install), xz-packed:
+    a third smaller than their wheels (numpy's libraries compress far better with xz)."""
+    staging = out / "site-packages"
+    shutil.rmtree(staging, ignore_errors=True)
     pins = [f"{name}=={importlib.metadata.version(name)}" for name in packages]
     cmd = [
         sys.executable,
         "-m",
         "pip",
-        "download",
+        "install",
         "-q",
         "--disable-pip-version-check",
         "--no-deps",
+        "--no-compile",
         "--only-binary=:all:",
         "--python-version",
         python,
         "--implementation",
         "cp",
-        "-d",
-        str(wheels),
+        "--target",
+        str(staging),
     ]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     result = subprocess.run([*cmd, *pins], capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise BundleError(f"pip download failed: {result.stderr.strip().splitlines()[-1:]}")
-    return sorted(wheels.glob("*.whl"))
+        raise BundleError(f"pip install --target failed: {result.stderr.strip().splitlines()[-1:]}")
+    archive = out / PACKAGES_ARCHIVE
+    with tarfile.open(archive, "w:xz", preset=9) as tar:
+        for path in sorted(staging.iterdir()):
+            if path.name != "bin":  # console scripts with this machine's interpreter path
+                tar.add(path, arcname=path.name)
+    shutil.rmtree(staging)
+    return archive, len(pins)
 
 
 def pack(out: Path, python: str, packages: Sequence[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     archive, missing = pack_triton(out, python)
-    wheels = download_wheels(out, python, packages)
+    packed, count = packages_archive(out, python, packages)
     shutil.copy2(__file__, out / "bundle_host.py")
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(
         f"{archive}: {archive.stat().st_size / 2**20:.1f} MiB (not bundled, found on the host: "
         f"{', '.join(sorted(missing)) or 'none'})"
     )
-    print(f"{out}/wheels: {len(wheels)} wheels, {sum(w.stat().st_size for w in wheels) / 2**20:.1f} MiB")
+    print(f"{packed}: {count} packages, {packed.stat().st_size / 2**20:.1f} MiB")
     print(f"total {total / 2**20:.1f} MiB of the {LIMIT_BYTES / 2**20:.0f} MiB a device call carries")
     if total > LIMIT_BYTES:
         raise BundleError(f"the bundle is {total / 2**20:.1f} MiB, over {LIMIT_BYTES / 2**20:.0f} MiB")
@@ -173,7 +188,7 @@ def pack(out: Path, python: str, packages: Sequence[str]) -> int:
 
 
 def install(bundle: Path, venv: Path) -> int:
-    """On the host: venv (ours first, then the host's site-packages), wheels, slim tritonserver."""
+    """On the host: venv (ours first, then the host's site-packages), packages, slim tritonserver."""
     import site
     import venv as venv_module
 
@@ -181,31 +196,14 @@ def install(bundle: Path, venv: Path) -> int:
     venv_module.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(venv)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     target = venv / "lib" / version / "site-packages"
-    # After the venv's own directory, so the bundled wheels (numpy < 2) shadow the host's.
+    # After the venv's own directory, so the bundled packages (numpy < 2) shadow the host's.
     (target / "zz_host_site_packages.pth").write_text("\n".join(host_site) + "\n")
-    wheels = sorted((bundle / "wheels").glob("*.whl"))
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--no-deps",
-            "--no-compile",
-            "--disable-pip-version-check",
-            "--target",
-            str(target),
-            *map(str, wheels),
-        ],
-        check=True,
-    )
+    for name in (PACKAGES_ARCHIVE, TRITON_ARCHIVE):
+        with tarfile.open(bundle / name) as tar:
+            tar.extractall(target, filter="tar")
     with tarfile.open(bundle / TRITON_ARCHIVE) as tar:
         tar.extractall(target, filter="tar")
-    print(
-        f"{venv}: {len(wheels)} wheels and the slim tritonserver; host packages from {', '.join(host_site)}"
-    )
+    print(f"{venv}: the bundled packages and the slim tritonserver, then the host's {', '.join(host_site)}")
     return 0
 
 
@@ -216,11 +214,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("pack", help="here: slim tritonserver + wheels into --out")
+    p = sub.add_parser("pack", help="here: slim tritonserver + packages into --out")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--python", default="3.12", help="the host's Python version (default 3.12)")
     p.add_argument("--package", action="append", default=None, help="packages to carry (default: a list)")
-    i = sub.add_parser("install", help="on the host: a venv with the wheels and the slim tritonserver")
+    i = sub.add_parser("install", help="on the host: a venv with the packages and the slim tritonserver")
     i.add_argument("--bundle", type=Path, required=True)
     i.add_argument("--venv", type=Path, required=True)
     args = parser.parse_args(argv)
