@@ -62,6 +62,8 @@ HOST_PACKAGES = (
     "ml-dtypes",
     "opentelemetry-api",
 )
+# Host packages left out of the venv: they need numpy 2 at import, and the stub needs numpy < 2.
+HOST_EXCLUDED = ("scipy", "sklearn", "scikit_learn")
 PLATFORMS = (
     "manylinux_2_28_x86_64",
     "manylinux_2_27_x86_64",
@@ -196,8 +198,16 @@ def install(bundle: Path, venv: Path) -> int:
     venv_module.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(venv)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     target = venv / "lib" / version / "site-packages"
+    # The host's packages, through links, less those that need numpy 2 at import (transformers
+    # imports scikit-learn, and so scipy, whenever it finds them).
+    mirror = venv / "host-site-packages"
+    mirror.mkdir()
+    for directory in host_site:
+        for entry in Path(directory).iterdir():
+            if not entry.name.lower().startswith(HOST_EXCLUDED) and not (mirror / entry.name).exists():
+                (mirror / entry.name).symlink_to(entry)
     # After the venv's own directory, so the bundled packages (numpy < 2) shadow the host's.
-    (target / "zz_host_site_packages.pth").write_text("\n".join(host_site) + "\n")
+    (target / "zz_host_site_packages.pth").write_text(f"{mirror}\n")
     for name in (PACKAGES_ARCHIVE, TRITON_ARCHIVE):
         with tarfile.open(bundle / name) as tar:
             tar.extractall(target, filter="tar")
