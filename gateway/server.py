@@ -120,7 +120,10 @@ def run_server(
             os.environ[SETTINGS_ENV] = settings.model_dump_json()
             if not multiprocess_dir():
                 os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gateway-metrics-")
-            _run_workers(settings, common)
+            if settings.worker_sockets == "shared":
+                uvicorn.run("gateway.server:app_from_env", factory=True, workers=settings.workers, **common)
+            else:
+                _run_workers(settings, common)
         else:
             uvicorn.run(create_app(settings, tokenizers=tokenizers), **common)
     finally:

@@ -76,6 +76,8 @@ class HostConfig:
     repeats: int = 3
     bound_factor: float = 1.2
     engine_mode: str = "synthetic"
+    gateway_extra_args: tuple[str, ...] = ()
+    label: str = ""  # what this run is, in the report's title (e.g. "--worker-sockets shared")
     out_dir: str = ""
 
     @classmethod
@@ -260,7 +262,7 @@ def start_stack(cfg: HostConfig, workdir: Path) -> Iterator[HostStack]:
         )
 
 
-def gateway_command(port: int, stack: HostStack, workers: int) -> list[str]:
+def gateway_command(port: int, stack: HostStack, workers: int, extra: Sequence[str] = ()) -> list[str]:
     """`gateway serve` on the engine route, given every Triton replica."""
     spec = (
         f"name={stack.served_name},triton_model={stack.ensemble},tokenizer={stack.tokenizer_dir},"
@@ -272,7 +274,7 @@ def gateway_command(port: int, stack: HostStack, workers: int) -> list[str]:
     cmd += ["--model", spec, "--log-level", "warning", "--max-concurrent-requests", "4096"]
     if workers > 1:
         cmd += ["--workers", str(workers)]
-    return cmd
+    return cmd + list(extra)
 
 
 def worker_pids(gateway_pid: int, workers: int) -> list[int]:
@@ -417,7 +419,7 @@ class Gateway:
     log_path: Path
 
 
-def start_gateway(stack: HostStack, workers: int, workdir: Path) -> Gateway:
+def start_gateway(stack: HostStack, workers: int, workdir: Path, extra: Sequence[str] = ()) -> Gateway:
     port = free_port()
     log_path = workdir / f"gateway-w{workers}.log"
     env = {
@@ -426,7 +428,7 @@ def start_gateway(stack: HostStack, workers: int, workdir: Path) -> Gateway:
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    proc = spawn_logged(gateway_command(port, stack, workers), log_path, env)
+    proc = spawn_logged(gateway_command(port, stack, workers, extra), log_path, env)
     return Gateway(workers, f"http://127.0.0.1:{port}", proc, log_path)
 
 
@@ -448,7 +450,7 @@ def run_host_bench(cfg: HostConfig, out: Path, cells: list[Cell]) -> list[Cell]:
         pool = LoadPool(cfg.load_processes)
         gateways: list[Gateway] = []
         try:
-            gateways = [start_gateway(stack, w, workdir) for w in cfg.workers]
+            gateways = [start_gateway(stack, w, workdir, cfg.gateway_extra_args) for w in cfg.workers]
             for gw in gateways:
                 wait_http_ready(gw.proc, gw.base_url + "/health/ready", 300.0, gw.log_path)
             for r in range(1, cfg.repeats + 1):
@@ -651,7 +653,8 @@ def write_report(out: Path, cfg: HostConfig, cells: Sequence[Cell]) -> str:
     info = machine()
     text = "\n".join(
         [
-            f"# make bench-host: {info['date_utc']} on {info['host']} ({info['cores']} cores, "
+            f"# make bench-host{f' ({cfg.label})' if cfg.label else ''}: {info['date_utc']} on "
+            f"{info['host']} ({info['cores']} cores, "
             f"{info.get('cpu', '?')}, {info.get('memory_gib', '?')} GiB, Python {info['python']})",
             "",
             f"Engine: {cfg.engine_mode}, step {cfg.step_ms:g} ms, {cfg.engine_instances} instance(s) x "
@@ -706,6 +709,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step-ms", type=float)
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--level-duration", type=float, help="seconds per cell")
+    p.add_argument(
+        "--gateway-arg", action="append", default=[], help="extra flag for `gateway serve` (repeatable)"
+    )
+    p.add_argument("--label", help="what this run is, for the report's title")
     p.add_argument("--out", help="results directory (default results/host-<timestamp>)")
     return p
 
@@ -735,6 +742,10 @@ def config_from_args(args: argparse.Namespace) -> HostConfig:
     ):
         if getattr(args, name) is not None:
             changes[attr] = getattr(args, name)
+    if args.gateway_arg:
+        changes["gateway_extra_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
+    if args.label:
+        changes["label"] = args.label
     return replace(cfg, **changes)
 
 
