@@ -80,7 +80,9 @@ class MessagesService(GenerationService):
         with tracing.span("tokenize", model=runtime.name):
             return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
 
-    async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedMessage:
+    async def prepare(
+        self, body: MessageCreateRequest, *, timeout_s: float | None = None, priority: int = 0
+    ) -> PreparedMessage:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
         _note_ignored(body.model_extra)
@@ -110,6 +112,7 @@ class MessagesService(GenerationService):
             stops=stops,
             first_index=0,
             guide=plan.guide,
+            priority=priority,
         )
         prepared = PreparedRequest(
             runtime,

@@ -276,7 +276,7 @@ class ResponsesService(GenerationService):
         return _Prompt(runtime, text, ids, max_tokens, plan, tools, conversation)
 
     async def prepare(
-        self, body: CreateResponseRequest, *, timeout_s: float | None = None
+        self, body: CreateResponseRequest, *, timeout_s: float | None = None, priority: int = 0
     ) -> PreparedResponse:
         requested = body.max_output_tokens
         prompt = await self._prompt(body, requested)
@@ -319,6 +319,7 @@ class ResponsesService(GenerationService):
             first_index=0,
             guide=prompt.plan.guide,
             logprobs=logprobs,
+            priority=priority,
         )
         prepared = PreparedRequest(
             runtime,
