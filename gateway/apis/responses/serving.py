@@ -31,7 +31,13 @@ from gateway.apis.responses.sealing import ReasoningSealer, load_or_create_key, 
 from gateway.apis.responses.stream import ResponseBuilder, new_item_id
 from gateway.apis.responses.tools import ToolPlan, plan_tools, response_format
 from gateway.config import Settings
-from gateway.core.generation import GenerationService, PreparedRequest, build_generation, events
+from gateway.core.generation import (
+    GenerationService,
+    PreparedRequest,
+    build_generation,
+    events,
+    reserve_quota,
+)
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
 from gateway.core.reasoning import effort_template_kwargs
@@ -131,7 +137,10 @@ class ResponsesService(GenerationService):
         settings: Settings,
     ) -> ResponsesService:
         store_settings = StoreSettings(
-            settings.state_dir, settings.response_store_max_age_s, settings.response_store_max_count
+            settings.state_dir,
+            settings.response_store_max_age_s,
+            settings.response_store_max_count,
+            settings.state_url,
         )
 
         def sealer() -> ReasoningSealer:
@@ -333,6 +342,7 @@ class ResponsesService(GenerationService):
             tool_names=prompt.plan.tool_names,
             logprobs=logprobs,
         )
+        await reserve_quota(prepared)
         start = _start(body, response_id, prepared.created, runtime.name)
         return PreparedResponse(
             body,
