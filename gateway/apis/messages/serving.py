@@ -186,8 +186,9 @@ class MessagesService(GenerationService):
             prepared.runtime.name,
             stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop),
             stop,
-            input_tokens=prepared.prompt_tokens,
+            prompt_tokens=prepared.prompt_tokens,
             output_tokens=prepared.completion_tokens,
+            cached_tokens=prepared.cached_tokens,
         )
 
     async def stream(self, message: PreparedMessage) -> AsyncGenerator[bytes, None]:
@@ -195,19 +196,31 @@ class MessagesService(GenerationService):
         writer = MessageStreamWriter(prepared.response_id, prepared.runtime.name)
         reply = self._router(prepared, writer, show_thinking=message.show_thinking)
         try:
-            yield writer.start(prepared.prompt_tokens)
+            # message_start waits for the engine's first response: Anthropic's carries the prompt's
+            # cache reads, and only the engine knows how much of the prompt it reused (keep-alive
+            # pings, which the SDKs skip, may come before it).
+            started = False
             finish = "stop"
             async for event in events(prepared, self._metrics):
                 frames = reply.text(event.text) if event.text else b""
+                if not started:
+                    started = True
+                    frames = writer.start(prepared.prompt_tokens, prepared.cached_tokens) + frames
                 if event.finish_reason is not None:
                     finish = event.finish_reason
                 if frames:
                     yield frames
             frames = reply.finish()
+            if not started:
+                frames = writer.start(prepared.prompt_tokens, prepared.cached_tokens) + frames
             stop = prepared.choices[0].stop_sequence
             reason = stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop)
             yield frames + writer.finish(
-                reason, stop, input_tokens=prepared.prompt_tokens, output_tokens=prepared.completion_tokens
+                reason,
+                stop,
+                prompt_tokens=prepared.prompt_tokens,
+                output_tokens=prepared.completion_tokens,
+                cached_tokens=prepared.cached_tokens,
             )
         except Exception as exc:
             yield errors.error_event(stream_failure(exc))

@@ -389,9 +389,14 @@ class ResponsesService(GenerationService):
                 if event.finish_reason is not None:
                     reason = event.finish_reason
             prompt, completion = run.prompt_tokens, run.completion_tokens
+            # OpenAI's ResponseUsage requires both details: a model whose contract does not report
+            # KV cache reuse (no perf metrics, or no known block size) says 0, as OpenAI says for a
+            # prompt it served without its cache. The engine's reuse is no write in OpenAI's sense
+            # (an explicit cache write billed apart), so cache_write_tokens is always 0.
+            cached = run.cached_tokens
             usage = {
                 "input_tokens": prompt,
-                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "input_tokens_details": {"cached_tokens": cached or 0, "cache_write_tokens": 0},
                 "output_tokens": completion,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": prompt + completion,
