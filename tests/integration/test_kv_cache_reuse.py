@@ -98,7 +98,7 @@ RESPONSE_ARGS: dict = {
     "store": False,
     "extra_body": {"ignore_eos": True},
 }
-MESSAGE_ARGS: dict = {"max_tokens": 4, "temperature": 0, "extra_body": {"ignore_eos": True}}
+MESSAGE_ARGS: dict = {"max_tokens": 4, "extra_body": {"ignore_eos": True, "temperature": 0}}
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +122,11 @@ def test_a_repeated_responses_prompt_reports_its_cached_tokens_through_the_opena
     assert first.usage is not None
     assert first.usage.input_tokens > 2 * DEV_TOKENS_PER_BLOCK
     assert first.usage.input_tokens_details.cached_tokens == 0
-    with openai_sdk.responses.stream(model=model, input=content, **RESPONSE_ARGS) as stream:
-        second = stream.get_final_response()
+    # Cut by max_output_tokens, the stream ends with response.incomplete (the SDK's stream helper
+    # wants response.completed): its last event carries the whole response.
+    events = list(openai_sdk.responses.create(model=model, input=content, stream=True, **RESPONSE_ARGS))
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    second = events[-1].response
     assert second.usage is not None
     assert second.usage.input_tokens == first.usage.input_tokens
     assert second.usage.input_tokens_details.cached_tokens == _whole_blocks(first.usage.input_tokens)
