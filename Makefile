@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench soak claude-code clean
+.PHONY: install run test lint typecheck check bench bench-routing soak claude-code clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ check: lint typecheck
 # ~16 min: 3 rounds, each level measured on every target back to back; cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
 bench: install
 	$(PY) -m loadtest.bench $(BENCH_ARGS)
+
+# ~8 min: four synthetic CPU Tritons, round_robin / least_outstanding / prefix on shared-prefix,
+# no-sharing and skewed workloads, rounds interleaved. BENCH_ARGS="--quick" (1 short round), "--rounds 5", ...
+bench-routing: install
+	$(PY) -m loadtest.bench_routing $(BENCH_ARGS)
 
 # Claude Code from npm (pinned; its platform binary comes in a registry package) runs `claude -p`
 # against the gateway serving the agent tiny model. Needs npm and the npm registry.
