@@ -315,11 +315,18 @@ class BenchContext:
     tokenizer_dir: Path
     workdir: Path
 
+    def gateway(self, policy: str, *extra: str) -> contextlib.AbstractContextManager[str]:
+        """One more gateway over the same replicas (say, with a tight admission limit); its URL."""
+        urls = [r.grpc_url for r in self.replicas]
+        log_path = self.workdir / f"gateway-{policy}-{len(extra)}.log"
+        return gateway(policy, urls, self.tokenizer_dir, log_path, extra)
+
 
 Scenario = Callable[[BenchContext], Awaitable[dict[str, Any]]]
 # Further scenarios run after the routing rounds on the same replicas and gateways; each returns a
-# JSON-able report (with a "markdown" entry for the report file). The priority scenario (high vs
-# low priority TTFT under overload) is meant to be registered here.
+# JSON-able report (with a "markdown" entry for the report file). The priority scenario (issue 20:
+# high vs low priority TTFT under overload; branch i20p's loadtest.priority.run_priority) is meant
+# to be registered here, starting its own gateway with a tight admission limit (BenchContext.gateway).
 SCENARIOS: dict[str, Scenario] = {}
 
 
