@@ -24,6 +24,7 @@ from gateway.core import validation as v
 from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
+    affinity_key,
     build_generation,
     events,
     stream_failure,
@@ -80,7 +81,9 @@ class MessagesService(GenerationService):
         with tracing.span("tokenize", model=runtime.name):
             return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
 
-    async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedMessage:
+    async def prepare(
+        self, body: MessageCreateRequest, *, timeout_s: float | None = None, session: str | None = None
+    ) -> PreparedMessage:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
         _note_ignored(body.model_extra)
@@ -110,6 +113,14 @@ class MessagesService(GenerationService):
             stops=stops,
             first_index=0,
             guide=plan.guide,
+            # Anthropic's end-user id (Claude Code's names its session): prefix routing keeps the
+            # conversation on one replica.
+            affinity=affinity_key(
+                prompt_cache_key=None,
+                session=session,
+                safety_identifier=None,
+                user=body.metadata.user_id if body.metadata is not None else None,
+            ),
         )
         prepared = PreparedRequest(
             runtime,

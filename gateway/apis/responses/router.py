@@ -18,7 +18,7 @@ from gateway.apis.responses.protocol import (
 from gateway.apis.responses.serving import ResponsesService
 from gateway.http.routing import JsonBodyRoute
 from gateway.http.services import service
-from gateway.http.streaming import client_timeout, event_stream, until_disconnect
+from gateway.http.streaming import client_timeout, event_stream, session_id, until_disconnect
 
 generation = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 stored = APIRouter(responses=ERROR_RESPONSES)
@@ -31,7 +31,7 @@ def _service(request: Request) -> ResponsesService:
 @generation.post("/v1/responses", response_model=Response)
 async def create_response(body: CreateResponseRequest, request: Request) -> Any:
     service = _service(request)
-    prepared = await service.prepare(body, timeout_s=client_timeout(request))
+    prepared = await service.prepare(body, timeout_s=client_timeout(request), session=session_id(request))
     if body.stream:
         return await event_stream(request, service.stream(prepared))
     return Response.model_validate(await until_disconnect(request, service.create(prepared)))

@@ -31,7 +31,13 @@ from gateway.apis.responses.sealing import ReasoningSealer, load_or_create_key, 
 from gateway.apis.responses.stream import ResponseBuilder, new_item_id
 from gateway.apis.responses.tools import ToolPlan, plan_tools, response_format
 from gateway.config import Settings
-from gateway.core.generation import GenerationService, PreparedRequest, build_generation, events
+from gateway.core.generation import (
+    GenerationService,
+    PreparedRequest,
+    affinity_key,
+    build_generation,
+    events,
+)
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
 from gateway.core.validation import (
@@ -276,7 +282,7 @@ class ResponsesService(GenerationService):
         return _Prompt(runtime, text, ids, max_tokens, plan, tools, conversation)
 
     async def prepare(
-        self, body: CreateResponseRequest, *, timeout_s: float | None = None
+        self, body: CreateResponseRequest, *, timeout_s: float | None = None, session: str | None = None
     ) -> PreparedResponse:
         requested = body.max_output_tokens
         prompt = await self._prompt(body, requested)
@@ -319,6 +325,13 @@ class ResponsesService(GenerationService):
             first_index=0,
             guide=prompt.plan.guide,
             logprobs=logprobs,
+            # Codex sends its conversation's prompt_cache_key: prefix routing keeps it on one replica.
+            affinity=affinity_key(
+                prompt_cache_key=body.prompt_cache_key,
+                session=session,
+                safety_identifier=body.safety_identifier,
+                user=body.user,
+            ),
         )
         prepared = PreparedRequest(
             runtime,
