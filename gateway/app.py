@@ -196,7 +196,7 @@ def create_app(
         queue_timeout_s=settings.queue_timeout_s,
         metrics=metrics,
         paths=generation_paths(app.routes),
-        error_shape=error_shape,
+        key_priorities=settings.key_priorities(),
     )
     keys = settings.accepted_keys()
     if keys:

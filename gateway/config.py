@@ -220,7 +220,11 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Accepted API keys (comma-separated in the environment); none configured: no auth.",
     )
-    api_key_file: Path | None = Field(default=None, description="File with one accepted API key per line.")
+    api_key_file: Path | None = Field(
+        default=None,
+        description="File with one accepted API key per line, each optionally followed by "
+        "priority=N (its requests' default priority; lower is more urgent).",
+    )
     protect_metrics: bool = Field(default=False, description="Require an API key for /metrics too.")
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Allowed CORS origins (comma-separated); empty: CORS off."
@@ -348,16 +352,24 @@ class Settings(BaseSettings):
     @field_validator("api_key_file")
     @classmethod
     def _key_file_exists(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"{value}: no such file")
+        if value is not None:
+            if not value.is_file():
+                raise ValueError(f"{value}: no such file")
+            read_key_file(value)
         return value
 
     def accepted_keys(self) -> list[str]:
         keys = list(self.api_keys)
         if self.api_key_file is not None:
-            lines = self.api_key_file.read_text(encoding="utf-8").splitlines()
-            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+            keys += list(read_key_file(self.api_key_file))
         return keys
+
+    def key_priorities(self) -> dict[str, int]:
+        """Each key's default priority from the key file, where it gives one."""
+        if self.api_key_file is None:
+            return {}
+        entries = read_key_file(self.api_key_file)
+        return {key: priority for key, priority in entries.items() if priority is not None}
 
     @classmethod
     def load(cls, **overrides: Any) -> Settings:
@@ -383,6 +395,37 @@ class ConfigFileError(ValueError):
         self.path = path
         self.error = error
         self.keys = keys
+
+
+def read_key_file(path: Path) -> dict[str, int | None]:
+    """The API key file: one key per line, optionally followed by `priority=N` (the key's requests'
+    default priority, vLLM's convention: lower is more urgent); blank lines and `#` comments
+    skipped. A ValueError names the line of anything else."""
+    keys: dict[str, int | None] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({exc})") from None
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        key, *options = text.split()
+        priority: int | None = None
+        for option in options:
+            name, sep, value = option.partition("=")
+            if name != "priority" or not sep:
+                raise ValueError(
+                    f"{path} line {number}: expected `KEY` or `KEY priority=N`, not {option!r} after the key"
+                )
+            try:
+                priority = int(value)
+            except ValueError:
+                raise ValueError(
+                    f"{path} line {number}: priority must be an integer, not {value!r}"
+                ) from None
+        keys[key] = priority
+    return keys
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -176,6 +176,7 @@ def build_generation(
     logit_bias: tuple[tuple[int, float], ...] = (),
     affinity: str | None = None,
     stream: bool = True,
+    priority: int = 0,
 ) -> Generation:
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
@@ -197,6 +198,7 @@ def build_generation(
         vocab_size=runtime.vocab_size,
         affinity=affinity,
         stream=stream,
+        priority=priority,
     )
     engine = runtime.engine.info
     # A text result that repeats the prompt starts with the prompt's decoding: cut it there.

@@ -99,6 +99,13 @@ def sampling_values(request: GenerationRequest) -> dict[str, Any]:
     return values
 
 
+def engine_priority(priority: int) -> float:
+    """The gateway's priority (vLLM's: any integer, lower is more urgent, 0 the default) as
+    TensorRT-LLM's executor takes one (`Request::setPriority`: 0.0 to 1.0, higher is more urgent,
+    0.5 the default): 0 -> 0.5, -10 -> 0.75, 10 -> 0.25, strictly monotonic, never past the ends."""
+    return 0.5 - priority / (2 * (abs(priority) + 10))
+
+
 def _stop_words_list(
     request: service_pb2.ModelInferRequest, spec: c.TensorSpec, words: list[list[int]]
 ) -> None:
@@ -163,6 +170,8 @@ def build_request(
         spec = specs.get(name)
         if spec is not None:
             _scalar(out, spec, value)
+    if contract.priority:
+        _scalar(out, specs[c.PRIORITY], engine_priority(request.priority))
     if request.logit_bias and contract.logit_bias:
         bias = np.zeros((1, request.vocab_size), dtype=np.float32)
         for token, value in request.logit_bias:

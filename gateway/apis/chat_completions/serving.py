@@ -46,7 +46,12 @@ from gateway.text.tool_calls import (
 
 class ChatCompletionsService(GenerationService):
     async def prepare(
-        self, body: ChatCompletionRequest, *, timeout_s: float | None = None, session: str | None = None
+        self,
+        body: ChatCompletionRequest,
+        *,
+        timeout_s: float | None = None,
+        session: str | None = None,
+        priority: int = 0,
     ) -> PreparedRequest:
         note_ignored_fields(ignored_fields(body, OPENAI_FIELDS, strict=self._limits.reject_unknown_fields))
         check_stream_options(body.stream, body.stream_options)
@@ -105,6 +110,7 @@ class ChatCompletionsService(GenerationService):
                 user=body.user,
             ),
             stream=bool(body.stream),
+            priority=priority,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return PreparedRequest(

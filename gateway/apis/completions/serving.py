@@ -29,7 +29,12 @@ from gateway.errors import InvalidRequestError, UnsupportedParameterError
 
 class CompletionsService(GenerationService):
     async def prepare(
-        self, body: CompletionRequest, *, timeout_s: float | None = None, session: str | None = None
+        self,
+        body: CompletionRequest,
+        *,
+        timeout_s: float | None = None,
+        session: str | None = None,
+        priority: int = 0,
     ) -> tuple[PreparedRequest, list[str]]:
         """Everything that can fail before generation starts, so it fails with a proper status."""
         note_ignored_fields(ignored_fields(body, OPENAI_FIELDS, strict=self._limits.reject_unknown_fields))
@@ -72,6 +77,7 @@ class CompletionsService(GenerationService):
                     logit_bias=bias,
                     affinity=affinity,
                     stream=bool(body.stream),
+                    priority=priority,
                 )
             )
             echoes.append(text if body.echo else "")

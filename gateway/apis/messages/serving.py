@@ -82,7 +82,12 @@ class MessagesService(GenerationService):
             return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
 
     async def prepare(
-        self, body: MessageCreateRequest, *, timeout_s: float | None = None, session: str | None = None
+        self,
+        body: MessageCreateRequest,
+        *,
+        timeout_s: float | None = None,
+        priority: int = 0,
+        session: str | None = None,
     ) -> PreparedMessage:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
@@ -121,6 +126,7 @@ class MessagesService(GenerationService):
                 safety_identifier=None,
                 user=body.metadata.user_id if body.metadata is not None else None,
             ),
+            priority=priority,
         )
         prepared = PreparedRequest(
             runtime,

@@ -282,7 +282,12 @@ class ResponsesService(GenerationService):
         return _Prompt(runtime, text, ids, max_tokens, plan, tools, conversation)
 
     async def prepare(
-        self, body: CreateResponseRequest, *, timeout_s: float | None = None, session: str | None = None
+        self,
+        body: CreateResponseRequest,
+        *,
+        timeout_s: float | None = None,
+        priority: int = 0,
+        session: str | None = None,
     ) -> PreparedResponse:
         requested = body.max_output_tokens
         prompt = await self._prompt(body, requested)
@@ -332,6 +337,7 @@ class ResponsesService(GenerationService):
                 safety_identifier=body.safety_identifier,
                 user=body.user,
             ),
+            priority=priority,
         )
         prepared = PreparedRequest(
             runtime,
