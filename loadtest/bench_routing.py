@@ -91,6 +91,7 @@ class RoutingBenchConfig:
     # Per replica: a few documents' blocks beside the running sequences', not all of them.
     kv_cache_tokens: int = 6144
     baseline: bool = True  # also run one replica with every replica's blocks (hit-rate reference)
+    scenarios: tuple[str, ...] = ("priority",)  # from SCENARIOS, after the routing rounds
     out_dir: str = ""
     seed: int = 20
     gateway_args: tuple[str, ...] = ()  # extra `gateway serve` flags, for every gateway
@@ -323,11 +324,38 @@ class BenchContext:
 
 
 Scenario = Callable[[BenchContext], Awaitable[dict[str, Any]]]
-# Further scenarios run after the routing rounds on the same replicas and gateways; each returns a
-# JSON-able report (with a "markdown" entry for the report file). The priority scenario (issue 20:
-# high vs low priority TTFT under overload; branch i20p's loadtest.priority.run_priority) is meant
-# to be registered here, starting its own gateway with a tight admission limit (BenchContext.gateway).
-SCENARIOS: dict[str, Scenario] = {}
+
+
+async def priority_scenario(context: BenchContext) -> dict[str, Any]:
+    """Issue 20's priority targets over the same replicas: `loadtest.priority`'s two-class overload
+    through a `prefix` gateway whose admission limit it overloads."""
+    from loadtest.priority import PriorityConfig, run_priority
+    from loadtest.priority import markdown as priority_markdown
+    from loadtest.workload import synthetic_prompts
+
+    cfg = PriorityConfig()
+    extra = [
+        "--max-concurrent-requests",
+        str(cfg.max_concurrent),
+        "--max-queued-requests",
+        str(cfg.max_queued),
+    ]
+    extra += ["--queue-timeout-s", str(cfg.queue_timeout_s), "--no-access-log"]
+    prompts = synthetic_prompts(256, cfg.prompt_tokens, seed=cfg.seed, tokenizer_dir=context.tokenizer_dir)
+    with context.gateway("prefix", *extra) as base:
+        result = await run_priority(base + "/v1", SERVED, prompts, cfg)
+    checks = result.checks()
+    return {
+        "markdown": priority_markdown(result),
+        "met": all(ok for ok, _ in checks),
+        "checks": [{"met": ok, "figures": text} for ok, text in checks],
+        "ttft_ratio": result.ttft_ratio,
+    }
+
+
+# Further scenarios run after the routing rounds on the same replicas (`--scenarios`); each returns
+# a JSON-able report with a "markdown" entry for the report file.
+SCENARIOS: dict[str, Scenario] = {"priority": priority_scenario}
 
 
 def render_engine_repository(
@@ -537,9 +565,13 @@ async def run_bench(cfg: RoutingBenchConfig, out: Path, console: Console) -> dic
                         )
                         progress.advance(overall)
             context = BenchContext(cfg, reps, bases, tokenizer_dir, workdir)
-            for name, scenario in SCENARIOS.items():
+            for name in cfg.scenarios:
                 progress.console.log(f"scenario {name}")
-                scenarios[name] = await scenario(context)
+                try:
+                    scenarios[name] = await SCENARIOS[name](context)
+                except Exception as exc:  # the routing figures are still reported
+                    log.exception("scenario %s failed", name)
+                    scenarios[name] = {"markdown": f"did not run: {type(exc).__name__}: {exc}", "met": False}
         if cfg.baseline:
             # One replica with every replica's blocks: the hit rate routing could at best reach.
             progress.console.log("baseline: one replica holding every replica's blocks")
@@ -707,6 +739,10 @@ def markdown(cfg: RoutingBenchConfig, report: Mapping[str, Any], started: str) -
     lines += ["", "| target | met | figures |", "|---|---|---|"]
     for v in report["verdicts"]:
         lines.append(f"| {v['target']} | {'met' if v['met'] else '**not met**'} | {v['figures']} |")
+    for name, scenario in report["scenarios"].items():
+        for check in scenario.get("checks", ()):
+            met = "met" if check["met"] else "**not met**"
+            lines.append(f"| {name}: {check['figures'].split(':')[0]} | {met} | {check['figures']} |")
     errors = {k: v for r in report["results"] for k, v in r.error_details.items()}
     if errors:
         lines += ["", "Errors: " + "; ".join(f"{k}: {v}" for k, v in errors.items())]
@@ -834,6 +870,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", help=f"comma list of {', '.join(POLICIES)}")
     p.add_argument("--workloads", help=f"comma list of {', '.join(WORKLOADS)}")
     p.add_argument("--no-baseline", action="store_true", help="skip the one-replica hit-rate reference")
+    p.add_argument(
+        "--scenarios",
+        help=f"comma list of {', '.join(SCENARIOS)} to run after the rounds (default all; '' none)",
+    )
     p.add_argument("--documents", type=int, help="shared documents (default 16)")
     p.add_argument("--prefill-ms-per-token", type=float)
     p.add_argument("--kv-cache-tokens", type=int, help="KV cache tokens per replica")
@@ -866,6 +906,12 @@ def config_from_args(args: argparse.Namespace) -> RoutingBenchConfig:
             if unknown:
                 raise SystemExit(f"unknown {name}: {', '.join(sorted(unknown))}")
             changes[name] = chosen
+    if args.scenarios is not None:
+        chosen = tuple(v.strip() for v in args.scenarios.split(",") if v.strip())
+        unknown = set(chosen) - set(SCENARIOS)
+        if unknown:
+            raise SystemExit(f"unknown scenarios: {', '.join(sorted(unknown))}")
+        changes["scenarios"] = chosen
     if args.gateway_arg:
         changes["gateway_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
     if args.no_baseline:
