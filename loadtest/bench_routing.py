@@ -333,7 +333,9 @@ async def priority_scenario(context: BenchContext) -> dict[str, Any]:
     from loadtest.priority import markdown as priority_markdown
     from loadtest.workload import synthetic_prompts
 
-    cfg = PriorityConfig()
+    # Admission for the replicas' capacity: with these engines (20 ms steps, not the standalone
+    # run's 5) 4 slots could not even serve the high-priority arrivals, so every class queued.
+    cfg = replace(PriorityConfig(), max_concurrent=4 * len(context.replicas))
     extra = [
         "--max-concurrent-requests",
         str(cfg.max_concurrent),
