@@ -107,7 +107,8 @@ class ClientDeadlineExceededError(DeadlineExceededError):
 
 
 class ServerConfigError(GatewayError):
-    """The gateway's own configuration is wrong; raised at start-up, not per request."""
+    """The gateway's own configuration is wrong; raised at start-up, or per request where only
+    Triton's answer at run time shows it (a model's route that cannot serve its reasoning format)."""
 
 
 class InternalError(GatewayError):

@@ -33,7 +33,6 @@ from gateway.core.models import ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
 from gateway.engine import SamplingParams
 from gateway.logs import current_request
-from gateway.text.reasoning import get_format
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 
@@ -126,6 +125,7 @@ class MessagesService(GenerationService):
                 safety_identifier=None,
                 user=body.metadata.user_id if body.metadata is not None else None,
             ),
+            reasoning=True,
             priority=priority,
         )
         prepared = PreparedRequest(
@@ -172,20 +172,8 @@ class MessagesService(GenerationService):
     def _router(
         self, prepared: PreparedRequest, sink: MessageStreamWriter | MessageAssembler, *, show_thinking: bool
     ) -> ReplyRouter:
-        reasoning = None
-        fmt = get_format(prepared.runtime.config.reasoning_parser)
-        if fmt is not None:
-            # The template may have opened (or closed) the think block in the prompt.
-            prompt = prepared.generations[0].request.prompt_text
-            reasoning = fmt.parser(prompt=prompt, make_id=new_tool_use_id)
-        return ReplyRouter(
-            sink,
-            tool_format=prepared.tool_format,
-            tool_names=prepared.tool_names,
-            make_id=new_tool_use_id,
-            reasoning=reasoning,
-            show_thinking=show_thinking,
-        )
+        parser = prepared.reply_parsers(make_id=new_tool_use_id).get(0)
+        return ReplyRouter(sink, parser, show_thinking=show_thinking)
 
     async def create(self, message: PreparedMessage) -> Message:
         prepared = message.prepared
@@ -193,7 +181,7 @@ class MessagesService(GenerationService):
         reply = self._router(prepared, assembler, show_thinking=message.show_thinking)
         finish = "stop"
         async for event in events(prepared, self._metrics):
-            reply.text(event.text)
+            reply.text(event.text, event.token_ids)
             if event.finish_reason is not None:
                 finish = event.finish_reason
         reply.finish()
@@ -219,7 +207,7 @@ class MessagesService(GenerationService):
             started = False
             finish = "stop"
             async for event in events(prepared, self._metrics):
-                frames = reply.text(event.text) if event.text else b""
+                frames = reply.text(event.text, event.token_ids)
                 if not started:
                     started = True
                     frames = writer.start(prepared.prompt_tokens, prepared.cached_tokens) + frames

@@ -156,21 +156,39 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int
+
+
 class CompletionUsage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     # Only when the engine reports its KV cache reuse: absent, never a made-up zero.
     prompt_tokens_details: PromptTokensDetails | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Only for a model with a reasoning parser (whose thinking is counted).
+    completion_tokens_details: CompletionTokensDetails | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None) -> CompletionUsage:
+    def of(
+        cls,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int | None,
+        reasoning_tokens: int | None = None,
+    ) -> CompletionUsage:
         details = None if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
+        completion = (
+            None if reasoning_tokens is None else CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
+        )
         return cls(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
             prompt_tokens_details=details,
+            completion_tokens_details=completion,
         )
 
 

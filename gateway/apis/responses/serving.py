@@ -40,6 +40,7 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
+from gateway.core.reasoning import effort_template_kwargs
 from gateway.core.validation import (
     RequestLimits,
     prompt_budget,
@@ -58,8 +59,9 @@ from gateway.errors import (
 )
 from gateway.metrics import GatewayMetrics
 from gateway.store import ResponseStore, StoredResponse, StoreSettings, open_store
+from gateway.text.reasoning import ReasoningDelta
 from gateway.text.tokenizer import Tokenizer
-from gateway.text.tool_calls import ContentDelta, StreamingToolParser, ToolCallStart
+from gateway.text.tool_calls import ContentDelta, ToolCallStart
 
 logger = logging.getLogger(__name__)
 
@@ -241,8 +243,8 @@ class ResponsesService(GenerationService):
         template_kwargs: dict[str, Any] = {}
         if plan.template_tools is not None:
             template_kwargs["tools"] = plan.template_tools
-        if body.reasoning is not None and body.reasoning.effort is not None:
-            template_kwargs["reasoning_effort"] = body.reasoning.effort
+        if body.reasoning is not None:
+            template_kwargs.update(effort_template_kwargs(body.reasoning.effort))
 
         def render(kept: Sequence[InputItem]) -> str:
             messages = it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
@@ -337,6 +339,7 @@ class ResponsesService(GenerationService):
                 safety_identifier=body.safety_identifier,
                 user=body.user,
             ),
+            reasoning=True,
             priority=priority,
         )
         prepared = PreparedRequest(
@@ -377,13 +380,12 @@ class ResponsesService(GenerationService):
         generator, not nested ones: it runs once per token."""
         run = prepared.prepared
         tokenizer = run.runtime.tokenizer
-        parser = (
-            StreamingToolParser(run.tool_format, tool_names=run.tool_names)
-            if run.tool_format != "none"
-            else None
-        )
+        # The model's reasoning parser, then its tool-call parser (None: the reply is all text).
+        parser = run.reply_parsers().get(0)
         names = prepared.tools.names
         reason = "stop"
+        # Log probabilities of tokens whose text the parser still holds back.
+        held: tuple[TokenLogprob, ...] = ()
         if streaming:
             yield builder.start()
         try:
@@ -393,13 +395,23 @@ class ResponsesService(GenerationService):
                         entries = _logprobs(tokenizer, event.logprobs) if run.logprobs is not None else None
                         yield builder.text(event.text, entries)
                 else:
-                    pieces = parser.feed(event.text) if event.text else []
+                    pieces = parser.feed(event.text, event.token_ids)
                     if event.finish_reason is not None:
                         pieces += parser.finish()
+                    # An event's log probabilities go with its answer text; a thinking token's
+                    # have no place in an output_text part.
+                    tokens = (*held, *event.logprobs) if run.logprobs is not None else ()
+                    held = () if pieces else tokens
                     for piece in pieces:
                         if isinstance(piece, ContentDelta):
                             if piece.text:
-                                yield builder.text(piece.text)
+                                yield builder.text(
+                                    piece.text, _logprobs(tokenizer, tokens) if tokens else None
+                                )
+                                tokens = ()
+                        elif isinstance(piece, ReasoningDelta):
+                            if piece.text:
+                                yield builder.reasoning(piece.text)
                         elif isinstance(piece, ToolCallStart):
                             namespace, name = names.get(piece.name, (None, piece.name))
                             yield builder.function_call(piece.id, name, namespace)
@@ -417,7 +429,7 @@ class ResponsesService(GenerationService):
                 "input_tokens": prompt,
                 "input_tokens_details": {"cached_tokens": cached or 0, "cache_write_tokens": 0},
                 "output_tokens": completion,
-                "output_tokens_details": {"reasoning_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": parser.reasoning_tokens if parser else 0},
                 "total_tokens": prompt + completion,
             }
             incomplete = (
