@@ -28,6 +28,8 @@ _METAVARS = {
     "config_file": "FILE",
     "api_key_file": "FILE",
     "host": "ADDRESS",
+    "key_rate_limits": "key=KEY[,rpm=N][,tpm=N]",
+    "state_url": "redis://HOST:PORT/DB",
 }
 # `gateway check` reads only these; the serving flags would be ignored there.
 CHECK_SETTINGS = ("triton_url", "models", "config_file", "triton_connect_timeout_s")

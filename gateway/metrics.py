@@ -40,6 +40,22 @@ class ModelSeries:
     generation_tokens: Any
 
 
+class EndpointSeries:
+    """One Triton endpoint's labelled series, resolved once (gateway.triton.pool.EndpointSeries)."""
+
+    __slots__ = ("_in_flight", "_sent")
+
+    def __init__(self, sent: Any, in_flight: Any) -> None:
+        self._sent = sent
+        self._in_flight = in_flight
+
+    def sent(self) -> None:
+        self._sent.inc()
+
+    def in_flight(self, delta: int) -> None:
+        self._in_flight.inc(delta)
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         # Keyed by served model name (only configured models reach a timer, so this stays small).
@@ -141,6 +157,24 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="liveall",
         )
+        # Per endpoint, how the routing policy spreads the load (a retry on another endpoint counts
+        # there too).
+        self.endpoint_requests = Counter(
+            "gateway_triton_endpoint_requests",
+            "Requests sent to each Triton endpoint.",
+            ["endpoint"],
+            registry=r,
+        )
+        self.endpoint_in_flight = Gauge(
+            "gateway_triton_endpoint_in_flight",
+            "Requests in flight at each Triton endpoint from this gateway.",
+            ["endpoint"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+
+    def endpoint(self, url: str) -> EndpointSeries:
+        return EndpointSeries(self.endpoint_requests.labels(url), self.endpoint_in_flight.labels(url))
 
     def model(self, name: str) -> ModelSeries:
         series = self._models.get(name)

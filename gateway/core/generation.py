@@ -36,6 +36,7 @@ from gateway.errors import (
     to_gateway_error,
 )
 from gateway.metrics import GatewayMetrics, RequestTimer
+from gateway.ratelimit import current_quota
 from gateway.text.reasoning import ReasoningFormat, get_format
 from gateway.text.reply import ReplyParser
 from gateway.text.tokenizer import Tokenizer
@@ -191,6 +192,22 @@ def affinity_key(
         if value:
             return f"{kind}:{value}"
     return None
+
+
+async def reserve_quota(prepared: PreparedRequest) -> None:
+    """Take the request's tokens from its key's rate limit (when it has one): each prompt plus its
+    output limit for every sequence, a prompt not yet tokenized estimated at 4 characters a token
+    (the request settles to its real usage when it ends). A RateLimitError (429) when over it."""
+    quota = current_quota.get()
+    if quota is None:
+        return
+    tokens = 0
+    for g in prepared.generations:
+        prompt = g.totals.prompt_tokens
+        if prompt is None:
+            prompt = -(-len(g.request.prompt_text) // 4)
+        tokens += prompt + g.request.params.max_tokens * g.request.num_sequences
+    await quota.reserve(tokens)
 
 
 def reasoning_format(runtime: ModelRuntime) -> ReasoningFormat | None:

@@ -13,6 +13,7 @@ from gateway.config import ServedModel, Settings
 from gateway.text.tokenizer import Tokenizer
 from tests.support.fake_engine import FakeEngine
 from tests.support.fixtures import tiny_agent_dir, tiny_bpe_dir, tiny_metaspace_dir  # noqa: F401
+from tests.support.redis_server import redis_server, redis_url  # noqa: F401
 
 MakeClient = Callable[..., Awaitable[tuple[httpx.AsyncClient, FakeEngine]]]
 

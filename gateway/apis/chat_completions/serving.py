@@ -30,6 +30,7 @@ from gateway.core.generation import (
     build_generation,
     events,
     new_id,
+    reserve_quota,
     stream_failure,
 )
 from gateway.core.output import plan_output
@@ -114,7 +115,7 @@ class ChatCompletionsService(GenerationService):
             priority=priority,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return PreparedRequest(
+        prepared = PreparedRequest(
             runtime,
             [generation],
             response_id,
@@ -125,6 +126,8 @@ class ChatCompletionsService(GenerationService):
             tool_names=plan.tool_names,
             logprobs=logprobs,
         )
+        await reserve_quota(prepared)
+        return prepared
 
     async def create(self, prepared: PreparedRequest) -> ChatCompletion:
         parsers = prepared.reply_parsers()

@@ -21,6 +21,7 @@ from gateway.core.generation import (
     build_generation,
     events,
     new_id,
+    reserve_quota,
     stream_failure,
 )
 from gateway.core.models import ModelRuntime
@@ -82,7 +83,7 @@ class CompletionsService(GenerationService):
             )
             echoes.append(text if body.echo else "")
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return PreparedRequest(
+        prepared = PreparedRequest(
             runtime,
             generations,
             response_id,
@@ -90,7 +91,9 @@ class CompletionsService(GenerationService):
             timeout_s=v.request_deadline(self._limits, timeout_s),
             client_deadline=v.client_chose_deadline(self._limits, timeout_s),
             logprobs=logprobs,
-        ), echoes
+        )
+        await reserve_quota(prepared)
+        return prepared, echoes
 
     async def create(self, prepared: PreparedRequest, echoes: list[str]) -> Completion:
         n = len(prepared.generations[0].choices)

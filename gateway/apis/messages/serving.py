@@ -27,6 +27,7 @@ from gateway.core.generation import (
     affinity_key,
     build_generation,
     events,
+    reserve_quota,
     stream_failure,
 )
 from gateway.core.models import ModelRuntime
@@ -136,6 +137,7 @@ class MessagesService(GenerationService):
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
         )
+        await reserve_quota(prepared)
         display = getattr(body.thinking, "display", None)
         return PreparedMessage(prepared, show_thinking=display != "omitted")
 

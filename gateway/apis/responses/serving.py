@@ -37,6 +37,7 @@ from gateway.core.generation import (
     affinity_key,
     build_generation,
     events,
+    reserve_quota,
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
@@ -137,7 +138,10 @@ class ResponsesService(GenerationService):
         settings: Settings,
     ) -> ResponsesService:
         store_settings = StoreSettings(
-            settings.state_dir, settings.response_store_max_age_s, settings.response_store_max_count
+            settings.state_dir,
+            settings.response_store_max_age_s,
+            settings.response_store_max_count,
+            settings.state_url,
         )
 
         def sealer() -> ReasoningSealer:
@@ -351,6 +355,7 @@ class ResponsesService(GenerationService):
             tool_names=prompt.plan.tool_names,
             logprobs=logprobs,
         )
+        await reserve_quota(prepared)
         start = _start(body, response_id, prepared.created, runtime.name)
         return PreparedResponse(
             body,
