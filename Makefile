@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench bench-routing soak claude-code codex clean
+.PHONY: install run test lint typecheck check bench bench-routing bench-host host-bundle soak claude-code codex clean
 
 install: $(STAMP)
 
@@ -39,10 +39,21 @@ check: lint typecheck
 bench: install
 	$(PY) -m loadtest.bench $(BENCH_ARGS)
 
-# ~8 min: four synthetic CPU Tritons, round_robin / least_outstanding / prefix on shared-prefix,
+# ~11 min: four synthetic CPU Tritons, round_robin / least_outstanding / prefix on shared-prefix,
 # no-sharing and skewed workloads, rounds interleaved. BENCH_ARGS="--quick" (1 short round), "--rounds 5", ...
 bench-routing: install
 	$(PY) -m loadtest.bench_routing $(BENCH_ARGS)
+
+# Gateway scaling over workers 1,2,4,8 x concurrency 64,256 x the APIs, against enough synthetic engine
+# instances that Triton is not the ceiling (loadtest/bench_host.py); for a many-core host.
+# BENCH_HOST_ARGS=--small: the variant for a 2-core machine (workers 1,2; about 3 minutes).
+bench-host: install
+	$(PY) -m loadtest.bench_host $(BENCH_HOST_ARGS)
+
+# What a GPU host without network needs for bench-host (slim tritonserver + cp312 wheels, < 64 MiB).
+HOST_BUNDLE ?= .hostbundle
+host-bundle: install
+	$(PY) -m deploy.bundle_host pack --out $(HOST_BUNDLE)
 
 # Claude Code from npm (pinned; its platform binary comes in a registry package) runs `claude -p`
 # against the gateway serving the agent tiny model. Needs npm and the npm registry.

@@ -175,6 +175,12 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=9000, ge=0, le=65535, description="Port to listen on.")
     workers: int = Field(default=1, ge=1, description="Worker processes sharing the port.")
+    worker_sockets: Literal["reuseport", "shared"] = Field(
+        default="reuseport",
+        description="With several workers: `reuseport` gives each worker its own SO_REUSEPORT socket "
+        "(the kernel spreads connections over them); `shared`, one socket they all accept on "
+        "(uvicorn's own way).",
+    )
     triton_url: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:8001"], description="Triton gRPC endpoint(s), HOST:PORT."
     )
