@@ -57,13 +57,29 @@ def frame(event: dict[str, Any]) -> bytes:
     return b"event: %b\ndata: %b\n\n" % (event["type"].encode(), orjson.dumps(event))
 
 
-def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
-    # The engine reports no prefix reuse yet, so nothing is read from or written to a cache.
+def usage(prompt_tokens: int, output_tokens: int, cached_tokens: int | None) -> dict[str, int | None]:
+    """Anthropic's usage of a prompt of `prompt_tokens`, `cached_tokens` of them reused from the
+    engine's KV cache (None: the model's contract does not report reuse).
+
+    Anthropic counts a prompt as input_tokens + cache_creation_input_tokens +
+    cache_read_input_tokens, so the reused tokens leave input_tokens. A cache write, for Anthropic,
+    is the prefix up to a `cache_control` breakpoint, billed apart; the engine keeps every prompt's
+    blocks for reuse on its own, with no such write, so cache_creation_input_tokens is 0. Where reuse
+    is not reported both cache fields are null (Anthropic's schema has them nullable): 0 would claim
+    the prompt was computed in full.
+    """
+    if cached_tokens is None:
+        return {
+            "input_tokens": prompt_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": None,
+            "cache_read_input_tokens": None,
+        }
     return {
-        "input_tokens": input_tokens,
+        "input_tokens": prompt_tokens - cached_tokens,
         "output_tokens": output_tokens,
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": cached_tokens,
     }
 
 
@@ -112,8 +128,9 @@ class MessageStreamWriter:
         self._text_head = b""
         self._thinking_head = b""
 
-    def start(self, input_tokens: int) -> bytes:
-        message = {**self._base, "stop_reason": None, "stop_sequence": None, "usage": usage(input_tokens, 0)}
+    def start(self, prompt_tokens: int, cached_tokens: int | None) -> bytes:
+        usage_now = usage(prompt_tokens, 0, cached_tokens)
+        message = {**self._base, "stop_reason": None, "stop_sequence": None, "usage": usage_now}
         return frame({"type": "message_start", "message": message})
 
     def _switch(self, kind: BlockKind, block: dict[str, Any]) -> bytes:
@@ -162,10 +179,19 @@ class MessageStreamWriter:
         return frame({"type": "content_block_delta", "index": self._index, "delta": delta})
 
     def finish(
-        self, reason: StopReason, stop_sequence: str | None, *, input_tokens: int, output_tokens: int
+        self,
+        reason: StopReason,
+        stop_sequence: str | None,
+        *,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens: int | None,
     ) -> bytes:
         delta = {"stop_reason": reason, "stop_sequence": stop_sequence}
-        end = frame({"type": "message_delta", "delta": delta, "usage": usage(input_tokens, output_tokens)})
+        # The whole usage, as Anthropic's message_delta carries it (the SDKs take its input and
+        # cache counts over message_start's).
+        totals = usage(prompt_tokens, output_tokens, cached_tokens)
+        end = frame({"type": "message_delta", "delta": delta, "usage": totals})
         return self._close() + end + MESSAGE_STOP
 
 
@@ -227,8 +253,9 @@ class MessageAssembler:
         reason: StopReason,
         stop_sequence: str | None,
         *,
-        input_tokens: int,
+        prompt_tokens: int,
         output_tokens: int,
+        cached_tokens: int | None,
     ) -> Message:
         return Message(
             id=message_id,
@@ -236,7 +263,7 @@ class MessageAssembler:
             model=model,
             stop_reason=reason,
             stop_sequence=stop_sequence,
-            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+            usage=Usage.model_validate(usage(prompt_tokens, output_tokens, cached_tokens)),
         )
 
 
