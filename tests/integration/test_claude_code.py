@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack import TritonServer, prepare_dev_repository
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, agent_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.claude_code]
 
@@ -24,20 +23,10 @@ KEY = "sk-claude-code-test"
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     root = tmp_path_factory.mktemp("claude_code")
-    repo = prepare_dev_repository(root / "repo", tokenizer_kind="agent")
-    server = TritonServer([repo.path], work_dir=root / "server")
-    server.start()
-    try:
-        server.wait_ready(300)
-        spec = (
-            f"name=tiny,tokenizer={repo.model_dir},triton_model={repo.ensemble},"
-            "tool_parser=hermes,reasoning_parser=qwen3"
-        )
-        args = ["--triton-url", server.grpc_url, "--model", spec, "--api-keys", KEY, "--access-log"]
-        with GatewayProcess(args) as process:
-            yield process
-    finally:
-        server.stop()
+    options = "tool_parser=hermes,reasoning_parser=qwen3"
+    args = ["--api-keys", KEY, "--access-log"]
+    with agent_gateway(root, options, args, ready_timeout=300) as (process, _):
+        yield process
 
 
 def claude(gateway: GatewayProcess, home: Path, *args: str) -> subprocess.CompletedProcess[str]:

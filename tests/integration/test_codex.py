@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.devstack import TritonServer, prepare_dev_repository
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, agent_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.codex]
 
@@ -25,24 +24,12 @@ KEY = "sk-codex-test"
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     root = tmp_path_factory.mktemp("codex")
-    repo = prepare_dev_repository(root / "repo", tokenizer_kind="agent")
-    server = TritonServer([repo.path], work_dir=root / "server")
-    server.start()
-    try:
-        # Generous: the CPU Triton loads its torch model slowly on a loaded machine.
-        server.wait_ready(600)
-        # As `gateway dev` serves it: Codex sets no output limit and the random model rarely ends
-        # by itself, so a default limit ends the turn, as completed (Codex errors on incomplete).
-        spec = (
-            f"name=tiny,tokenizer={repo.model_dir},triton_model={repo.ensemble},"
-            "tool_parser=hermes,reasoning_parser=qwen3,default_max_tokens=64,default_limit_status=completed"
-        )
-        args = ["--triton-url", server.grpc_url, "--model", spec, "--api-keys", KEY, "--access-log"]
-        args += ["--state-dir", str(root / "state")]
-        with GatewayProcess(args) as process:
-            yield process
-    finally:
-        server.stop()
+    # As `gateway dev` serves it: Codex sets no output limit and the random model rarely ends
+    # by itself, so a default limit ends the turn, as completed (Codex errors on incomplete).
+    options = "tool_parser=hermes,reasoning_parser=qwen3,default_max_tokens=64,default_limit_status=completed"
+    args = ["--api-keys", KEY, "--access-log", "--state-dir", str(root / "state")]
+    with agent_gateway(root, options, args) as (process, _):
+        yield process
 
 
 def codex_home(gateway: GatewayProcess, home: Path) -> Path:

@@ -16,9 +16,8 @@ from typing import Any
 import openai
 import pytest
 
-from deploy.devstack import TritonServer, prepare_dev_repository
 from gateway.text.tokenizer import Tokenizer
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, agent_gateway
 from tests.support.openai_schema import validate
 
 pytestmark = pytest.mark.integration
@@ -50,21 +49,9 @@ THINKING_SCHEMA = {
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayProcess, Path]]:
     root = tmp_path_factory.mktemp("reasoning")
-    repo = prepare_dev_repository(root / "repo", tokenizer_kind="agent")
-    server = TritonServer([repo.path], work_dir=root / "server")
-    server.start()
-    try:
-        # Generous: the CPU Triton loads its torch model slowly on a loaded machine.
-        server.wait_ready(600)
-        spec = (
-            f"name=tiny,tokenizer={repo.model_dir},triton_model={repo.ensemble},"
-            "reasoning_parser=deepseek_r1,default_max_tokens=48"
-        )
-        args = ["--triton-url", server.grpc_url, "--model", spec, "--state-dir", str(root / "state")]
-        with GatewayProcess(args) as process:
-            yield process, repo.model_dir
-    finally:
-        server.stop()
+    options = "reasoning_parser=deepseek_r1,default_max_tokens=48"
+    with agent_gateway(root, options, ["--state-dir", str(root / "state")]) as (process, repo):
+        yield process, repo.model_dir
 
 
 @pytest.fixture(scope="module")

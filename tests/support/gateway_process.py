@@ -9,10 +9,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+
+from deploy.devstack import DevRepository, TritonServer, prepare_dev_repository
 
 
 def free_port() -> int:
@@ -83,3 +86,23 @@ class GatewayProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def agent_gateway(
+    root: Path, model_options: str, args: Sequence[str] = (), *, ready_timeout: float = 600
+) -> Iterator[tuple[GatewayProcess, DevRepository]]:
+    """The agent tiny model (64k context, `<think>` tokens: what agent clients' prompts need) on a
+    CPU Triton of its own, served by a gateway as model ``tiny``; `model_options` is the rest of its
+    ``--model`` spec, `args` more gateway flags. The default wait is generous: the CPU Triton loads
+    its torch model slowly on a loaded machine."""
+    repo = prepare_dev_repository(root / "repo", tokenizer_kind="agent")
+    server = TritonServer([repo.path], work_dir=root / "server")
+    server.start()
+    try:
+        server.wait_ready(ready_timeout)
+        spec = f"name=tiny,tokenizer={repo.model_dir},triton_model={repo.ensemble},{model_options}"
+        with GatewayProcess(["--triton-url", server.grpc_url, "--model", spec, *args]) as process:
+            yield process, repo
+    finally:
+        server.stop()
