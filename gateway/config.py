@@ -169,6 +169,19 @@ class KeyRateLimit(BaseModel):
         return cls.model_validate(ServedModel.spec_fields(spec))
 
 
+def _spec_entries(value: Any) -> Any:
+    """A list of `key=value,...` specs as the flags, the environment and YAML give it: a JSON array,
+    one string of specs separated by `;` or newlines, or a list; each spec string becomes its fields."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        value = [part for part in re.split(r"[;\n]", text) if part.strip()]
+    if isinstance(value, list):
+        return [ServedModel.spec_fields(v) if isinstance(v, str) else v for v in value]
+    return value
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="forbid", env_nested_delimiter="__")
 
@@ -342,14 +355,7 @@ class Settings(BaseSettings):
     @field_validator("key_rate_limits", mode="before")
     @classmethod
     def _key_limit_specs(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            value = [part for part in re.split(r"[;\n]", text) if part.strip()]
-        if isinstance(value, list):
-            return [ServedModel.spec_fields(v) if isinstance(v, str) else v for v in value]
-        return value
+        return _spec_entries(value)
 
     @model_validator(mode="after")
     def _state_backends(self) -> Settings:
@@ -406,16 +412,9 @@ class Settings(BaseSettings):
     @classmethod
     def _model_specs(cls, value: Any) -> Any:
         # The environment and YAML take the flag's own syntax too: `name=a,tokenizer=/a; name=b,...`.
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            value = [part for part in re.split(r"[;\n]", text) if part.strip()]
         if isinstance(value, (dict, ServedModel)):
             value = [value]
-        if isinstance(value, list):
-            return [ServedModel.spec_fields(v) if isinstance(v, str) else v for v in value]
-        return value
+        return _spec_entries(value)
 
     @field_validator("models")
     @classmethod
