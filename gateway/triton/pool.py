@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import grpc
 
@@ -19,16 +19,19 @@ from gateway.errors import EngineUnavailableError
 from gateway.routing.base import RouteRequest, RoutingPolicy
 from gateway.routing.registry import make_policy
 from gateway.triton.connection import TritonConnection
+from gateway.triton.http import TritonHttp
 
 logger = logging.getLogger(__name__)
 _NO_ROUTE = RouteRequest()
 
 
 class Endpoint:
-    __slots__ = ("connection", "failures", "outstanding", "retry_at")
+    __slots__ = ("connection", "failures", "http", "outstanding", "retry_at")
 
-    def __init__(self, connection: TritonConnection) -> None:
+    def __init__(self, connection: TritonConnection, http: TritonHttp | None = None) -> None:
         self.connection = connection
+        # The same Triton's HTTP endpoint, when configured: generation streams over it.
+        self.http = http
         self.outstanding = 0
         self.failures = 0
         self.retry_at = 0.0
@@ -47,6 +50,7 @@ class TritonPool:
         urls: Iterable[str],
         *,
         timeout_s: float,
+        http_urls: Sequence[str] = (),
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         probe_interval_s: float = 2.0,
@@ -56,6 +60,11 @@ class TritonPool:
         self.endpoints = [Endpoint(TritonConnection(u, timeout_s=timeout_s)) for u in urls]
         if not self.endpoints:
             raise ValueError("at least one Triton URL is needed")
+        if http_urls:
+            if len(http_urls) != len(self.endpoints):
+                raise ValueError("one Triton HTTP URL per gRPC URL is needed")
+            for endpoint, url in zip(self.endpoints, http_urls, strict=True):
+                endpoint.http = TritonHttp(url, timeout_s=timeout_s)
         self._backoff = backoff_s
         self._max_backoff = max_backoff_s
         self._probe_interval = probe_interval_s
@@ -129,3 +138,5 @@ class TritonPool:
                 await self._probe
         for endpoint in self.endpoints:
             await endpoint.connection.close()
+            if endpoint.http is not None:
+                await endpoint.http.close()

@@ -63,7 +63,14 @@ def test_gateway_command_is_the_documented_command_line():
         "127.0.0.1:8001",
         "--model",
         "name=tiny,triton_model=ensemble,tokenizer=/tok,route=ensemble",
+        "--triton-http-url",
+        STACK.http_url,
     ]
+
+
+def test_the_grpc_transport_row_leaves_the_http_url_out():
+    cmd = gateway_command(9123, STACK, "ensemble", workers=1, extra=(), transport="grpc")
+    assert "--triton-http-url" not in cmd
 
 
 def test_gateway_engine_route_and_workers_are_added():
