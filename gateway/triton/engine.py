@@ -78,10 +78,9 @@ class TritonAdapter:
         self._model = engine_model if route == "engine" and engine_model else model
         self._requested_route = route
         self._engine_model = engine_model
-        # The engine model that takes `stop` requests, on the ensemble route (where Triton does
-        # not pass a cancelled call on) and, for HTTP streams, on either route.
+        # The engine model that takes `stop` requests on the ensemble route: Triton does not pass
+        # a cancelled ensemble call (nor a closed HTTP stream) on to the composing models.
         self._cancel_model: str | None = None
-        self._http_cancel_model: str | None = None
         self._contract: c.Contract | None = None
         self._choice: RouteChoice | None = None
         self._info: tuple[c.Contract, EngineInfo] | None = None
@@ -203,9 +202,6 @@ class TritonAdapter:
         conn = endpoint.connection
         choice, config = await self._choose_route(conn)
         if choice.route == "engine":
-            if any(i.name == "stop" for i in config.input):
-                # HTTP notices a closed stream only at the engine's next response: `stop` is at once.
-                self._http_cancel_model = choice.model
             contract = c.read_contract(config, "engine")
             return choice, contract.with_settings(c.engine_settings(c.parameters(config)))
         # Ensembles rarely declare decoupled themselves: they are when a composing model is.
@@ -218,7 +214,7 @@ class TritonAdapter:
             if step.model_name == choice.engine:
                 engine_params = c.parameters(sub)
                 if any(i.name == "stop" for i in sub.input):
-                    self._cancel_model = self._http_cancel_model = step.model_name
+                    self._cancel_model = step.model_name
             if c.TEXT_OUTPUT in step.output_map.values():
                 text_params = c.parameters(sub)
         contract = c.read_contract(config, "ensemble").with_decoupled(decoupled)
@@ -294,7 +290,9 @@ class TritonAdapter:
         triton_id = str(random.getrandbits(63))
         infer_request: service_pb2.ModelInferRequest | None = None
         json_request: dict[str, object] | None = None
-        over_http = json_request_fits(contract, request)
+        # Streams go over HTTP where configured; a whole result is one response, so gRPC costs it
+        # nothing more, and there cancelling the call stops the request at once.
+        over_http = streaming and json_request_fits(contract, request)
 
         # Ids that repeat the prompt are cut here; a text that does is cut by the serving layer.
         strip = len(request.prompt_ids) if contract.repeats_prompt(request.stream) else 0
@@ -437,8 +435,10 @@ class TritonAdapter:
         span: tracing.Span,
     ) -> AsyncIterator[ParsedResponse]:
         """One HTTP generate_stream: parsed responses until Triton ends it (its final response).
-        Closing it early closes the connection (Triton cancels the request at its next response)
-        and sends the engine a `stop` request."""
+        Closing it early closes the connection, and Triton cancels the request when it next writes
+        to it (the engine's next step); on the ensemble route the engine also gets a `stop`.
+        (On the engine route a `stop` as well made 200 dropped streams take 11 s to drain instead
+        of 1.2 s on the CPU engine.)"""
         http = endpoint.http
         assert http is not None
         metadata = span.grpc_metadata()
@@ -468,8 +468,8 @@ class TritonAdapter:
                 self._pool.failed(endpoint, "lost mid-stream")
             raise error from None
         finally:
-            if not finished and self._http_cancel_model is not None:
-                self._send_cancel(endpoint, self._http_cancel_model, request_id)
+            if not finished and self._cancel_model is not None:
+                self._send_cancel(endpoint, self._cancel_model, request_id)
 
     def _send_cancel(self, endpoint: Endpoint, model: str, request_id: str) -> None:
         """Fire-and-forget: tell the engine to stop a request nobody waits for any more."""

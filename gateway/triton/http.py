@@ -6,9 +6,9 @@ grpc.aio, whose per-message machinery alone (completion queue, poller thread, Cy
 objects) costs more than the whole HTTP read; `make bench` and the README give the figures.
 
 Cancellation: closing a response closes its connection (a connection is reused only after a
-complete response), and Triton cancels the request when it next writes to it. The adapter also
-sends the engine a `stop` request over gRPC, as it does for a cancelled ensemble call, so the
-engine stops at once.
+complete response), and Triton cancels the request when it next writes to it, one engine step
+later. On the ensemble route the adapter also sends the engine a `stop` request over gRPC, as it
+does for a cancelled gRPC call: Triton passes neither on to an ensemble's composing models.
 """
 
 from __future__ import annotations
