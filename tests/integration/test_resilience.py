@@ -44,7 +44,9 @@ def gateway_args(*tritons: TritonServer | TritonStack | tuple[str, str], tokeniz
     ]
     for triton in tritons:
         grpc_url, http_url = triton if isinstance(triton, tuple) else (triton.grpc_url, triton.http_url)
-        args += ["--triton-url", grpc_url, "--triton-http-url", http_url]
+        args += ["--triton-url", grpc_url]
+        if http_url:  # "": gRPC only
+            args += ["--triton-http-url", http_url]
     return args
 
 
@@ -134,10 +136,15 @@ async def test_killing_triton_ends_every_open_stream_with_an_error_and_the_gatew
                 restarted.stop()
 
 
-async def test_two_hundred_dropped_streams_leave_nothing_running(triton_stack: TritonStack) -> None:
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+async def test_two_hundred_dropped_streams_leave_nothing_running(
+    triton_stack: TritonStack, transport: str
+) -> None:
     model = triton_stack.models["bpe_synthetic"]
     labels = {"request_type": "active", "model": model.engine, "version": "1"}
-    with GatewayProcess(gateway_args(triton_stack, tokenizer_dir=model.tokenizer_dir)) as gw:
+    triton = triton_stack if transport == "http" else (triton_stack.grpc_url, "")
+    args = gateway_args(triton, tokenizer_dir=model.tokenizer_dir)
+    with GatewayProcess(args) as gw:
         url = gw.base_url + "/v1/completions"
         limits = httpx.Limits(max_connections=300)
         async with httpx.AsyncClient(timeout=60, limits=limits) as client:
