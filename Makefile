@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench soak claude-code clean
+.PHONY: install run test lint typecheck check bench bench-host host-bundle soak claude-code codex clean
 
 install: $(STAMP)
 
@@ -22,7 +22,7 @@ run: install
 	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000
 
 test: install
-	$(PY) -m pytest -m "not soak and not bench and not claude_code" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)
 
 # ruff, and the import layers as contracts (pyproject.toml [tool.importlinter]).
 lint: install
@@ -39,6 +39,17 @@ check: lint typecheck
 bench: install
 	$(PY) -m loadtest.bench $(BENCH_ARGS)
 
+# Gateway scaling over workers 1,2,4,8 x concurrency 64,256 x the APIs, against enough synthetic engine
+# instances that Triton is not the ceiling (loadtest/bench_host.py); for a many-core host.
+# BENCH_HOST_ARGS=--small: the variant for a 2-core machine (workers 1,2; about 3 minutes).
+bench-host: install
+	$(PY) -m loadtest.bench_host $(BENCH_HOST_ARGS)
+
+# What a GPU host without network needs for bench-host (slim tritonserver + cp312 wheels, < 64 MiB).
+HOST_BUNDLE ?= .hostbundle
+host-bundle: install
+	$(PY) -m deploy.bundle_host pack --out $(HOST_BUNDLE)
+
 # Claude Code from npm (pinned; its platform binary comes in a registry package) runs `claude -p`
 # against the gateway serving the agent tiny model. Needs npm and the npm registry.
 CLAUDE_CODE_VERSION := 2.1.328
@@ -47,6 +58,15 @@ claude-code: install
 	test -x $(CLAUDE_CODE_DIR)/node_modules/.bin/claude || npm install --prefix $(CLAUDE_CODE_DIR) \
 		--no-audit --no-fund --no-save @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION)
 	CLAUDE_CODE_BIN=$(CURDIR)/$(CLAUDE_CODE_DIR)/node_modules/.bin/claude $(PY) -m pytest -m claude_code $(PYTEST_ARGS)
+
+# The Codex CLI from npm (pinned; its platform binary comes in a registry package) runs `codex exec`
+# against the gateway over the Responses API, serving the agent tiny model. Needs npm and the npm registry.
+CODEX_VERSION := 0.169.0
+CODEX_DIR := .cache/codex
+codex: install
+	test -x $(CODEX_DIR)/node_modules/.bin/codex || npm install --prefix $(CODEX_DIR) \
+		--no-audit --no-fund --no-save @openai/codex@$(CODEX_VERSION)
+	CODEX_BIN=$(CURDIR)/$(CODEX_DIR)/node_modules/.bin/codex $(PY) -m pytest -m codex $(PYTEST_ARGS)
 
 soak: install
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)

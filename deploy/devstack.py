@@ -122,6 +122,72 @@ def server_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+# Run by the python3 the stub will embed, in the stub's environment: what it will import.
+_STUB_PROBE = (
+    "import sys, sysconfig\n"
+    "v = '%d.%d' % sys.version_info[:2]\n"
+    "import os\n"
+    "name = sysconfig.get_config_var('INSTSONAME') or ''\n"
+    "lib = os.path.join(sysconfig.get_config_var('LIBDIR') or '', name)\n"
+    "shared = bool(name.startswith('libpython') and '.so' in name and os.path.exists(lib))\n"
+    "try:\n"
+    "    import numpy; n = numpy.__version__\n"
+    "except Exception as e:\n"
+    "    n = 'missing: %s' % e\n"
+    "print(v, shared, lib, n, sep='|')\n"
+)
+
+
+_STUB_CHECKED: set[tuple[str, ...]] = set()
+
+
+def check_stub_environment(env: Mapping[str, str] | None = None, *, python: str | None = None) -> None:
+    """Refuse, in one line, an environment the Python backend stub cannot run in.
+
+    The stub embeds the Python that ``python3`` on the server's PATH belongs to (its venv's
+    site-packages included), built for this interpreter's version, linked to its libpython. It
+    breaks without an error Triton reports on: under numpy 2 the models answer with 0 tokens and
+    the preprocessing stub crashes; without numpy ``triton_python_backend_utils`` cannot load; a
+    python3 of another version or without a shared libpython cannot be embedded by this stub.
+    """
+    env = server_environment(env)
+    python = python or shutil.which("python3", path=env.get("PATH"))
+    if python is None:
+        raise TritonStartError("the Python backend stub needs a python3 on PATH; none found")
+    key = (python, *(env.get(k, "") for k in ("PATH", "PYTHONPATH", "PYTHONHOME", "LD_LIBRARY_PATH")))
+    if key in _STUB_CHECKED:
+        return
+    try:
+        probe = subprocess.run(
+            [python, "-c", _STUB_PROBE], capture_output=True, text=True, env=env, timeout=60, check=True
+        )
+        version, shared, soname, numpy_version = probe.stdout.strip().splitlines()[-1].split("|")
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
+        raise TritonStartError(
+            f"cannot inspect the Python backend stub's python3 ({python}): {exc}"
+        ) from None
+    ours = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if version != ours:
+        raise TritonStartError(
+            f"the Python backend stub is for Python {ours} but python3 on its PATH ({python}) is {version}"
+        )
+    if shared != "True" or not soname:
+        raise TritonStartError(
+            f"the Python backend stub needs {python}'s shared libpython ({soname or 'none'}), which is "
+            "not installed (a python3 built with --enable-shared, or the distribution's libpython package)"
+        )
+    if numpy_version.startswith("missing"):
+        raise TritonStartError(
+            f"the Python backend stub needs numpy < 2 in {python}'s environment ({numpy_version})"
+        )
+    if int(numpy_version.split(".")[0]) >= 2:
+        raise TritonStartError(
+            f"numpy {numpy_version} in the Python backend stub's environment ({python}) breaks the stub "
+            "(0-token answers, a crashed preprocessing stub): install numpy<2 there (the project pins 1.26.4)"
+        )
+    _STUB_CHECKED.add(key)
+
+
 _LIVE_SERVERS: weakref.WeakSet[TritonServer] = weakref.WeakSet()
 
 
@@ -208,6 +274,7 @@ class TritonServer:
             busy = [p for p in explicit if not _port_is_free(p)]
             if busy:
                 raise TritonStartError(f"port(s) {busy} already in use")
+            check_stub_environment(self._env)
             chosen = iter(_distinct_free_ports(3))
             self.grpc_port, self.http_port, self.metrics_port = (
                 p if p is not None else next(chosen) for p in self._requested_ports

@@ -29,10 +29,12 @@ from gateway.http.middleware import (
     BodySizeMiddleware,
     ObservabilityMiddleware,
 )
+from gateway.http.ratelimit import RateLimitMiddleware
 from gateway.http.routing import DirectRoutes, generation_paths
 from gateway.http.services import Services
 from gateway.logs import Repeating
 from gateway.metrics import GatewayMetrics
+from gateway.ratelimit import KeyLimits, Limits, open_limiter
 from gateway.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class TritonEngines:
             http_urls=settings.triton_http_url,
             on_health=on_health,
             policy=make_policy(settings.routing_policy, routing),
+            series=metrics.endpoint,
         )
 
     def __call__(self, model: ServedModel) -> Engine:
@@ -151,6 +154,10 @@ def create_app(
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes))
+        if settings.state_url is not None:
+            from gateway.state_server import check
+
+            await check(settings.state_url)
         _freeze_startup_heap()
         try:
             yield
@@ -166,6 +173,8 @@ def create_app(
                 await runtime.engine.close()
             if triton is not None:
                 await triton.close()
+            if limiter is not None:
+                await limiter.close()
 
     app = FastAPI(
         title="TensorRT-LLM OpenAI gateway",
@@ -196,9 +205,35 @@ def create_app(
         queue_timeout_s=settings.queue_timeout_s,
         metrics=metrics,
         paths=generation_paths(app.routes),
-        error_shape=error_shape,
+        key_priorities=settings.key_priorities(),
     )
     keys = settings.accepted_keys()
+    key_limits = KeyLimits(
+        Limits(settings.rate_limit_rpm, settings.rate_limit_tpm),
+        {
+            k.key: Limits(
+                k.rpm if k.rpm is not None else settings.rate_limit_rpm,
+                k.tpm if k.tpm is not None else settings.rate_limit_tpm,
+            )
+            for k in settings.key_limits().values()
+        },
+    )
+    limiter = open_limiter(settings.state_url) if key_limits.configured else None
+    if limiter is not None and settings.state_url is None and settings.workers > 1:
+        logger.warning(
+            "rate limits are kept in each of the %d worker processes (a key may get up to %d times "
+            "its limit); give --state-url to share them",
+            settings.workers,
+            settings.workers,
+        )
+    if limiter is not None:
+        app.add_middleware(
+            RateLimitMiddleware,
+            paths=generation_paths(app.routes),
+            limiter=limiter,
+            limits=key_limits,
+            keyed=bool(keys),
+        )
     if keys:
         app.add_middleware(
             ApiKeyMiddleware, keys=keys, protect_metrics=settings.protect_metrics, error_shape=error_shape

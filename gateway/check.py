@@ -13,6 +13,7 @@ from rich.table import Table
 from gateway.config import ServedModel, Settings
 from gateway.engine import EngineInfo
 from gateway.errors import GatewayError
+from gateway.text.reasoning import get_format
 from gateway.text.tokenizer import Tokenizer
 from gateway.triton.contract import GUIDE_TYPE
 from gateway.triton.engine import adapter_for
@@ -69,6 +70,13 @@ def report(
         status = f"unavailable: {error}"
         return ModelReport(model.name, model.triton_model, model.route, status, tokenizer=vocab)
     k = info
+    fmt = get_format(model.reasoning_parser)
+    if error is None and fmt is not None and fmt.keeps_special_tokens and not k.exposes_token_ids:
+        # The gateway answers its requests with this error (core.generation.reasoning_format).
+        error = (
+            f"reasoning_parser {fmt.name} needs token ids (its markers are special tokens) and the "
+            f"{k.route} route returns text: use route=engine or an ensemble with output_ids"
+        )
     return ModelReport(
         name=model.name,
         triton_model=k.model,

@@ -17,6 +17,7 @@ from pydantic_settings import SettingsError
 
 from gateway.config import ConfigFileError, ServedModel, Settings, describe, env_name, flag_name
 from gateway.server import StartupError, run_server
+from gateway.text.reasoning.registry import MODEL_FORMATS as REASONING_FORMATS
 from gateway.text.tool_calls.registry import MODEL_FORMATS
 
 # What each repeatable flag takes.
@@ -28,6 +29,8 @@ _METAVARS = {
     "config_file": "FILE",
     "api_key_file": "FILE",
     "host": "ADDRESS",
+    "key_rate_limits": "key=KEY[,rpm=N][,tpm=N]",
+    "state_url": "redis://HOST:PORT/DB",
 }
 # `gateway check` reads only these; the serving flags would be ignored there.
 CHECK_SETTINGS = ("triton_url", "triton_http_url", "models", "config_file", "triton_connect_timeout_s")
@@ -133,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
         # The dev model's chat template renders tools the Hermes way (agents send tools every turn).
         default="hermes",
         help="how the model writes tool calls, as the `tool_parser` of a --model (default: hermes)",
+    )
+    dev.add_argument(
+        "--reasoning-parser",
+        choices=REASONING_FORMATS,
+        # The dev model has `<think>` tokens and a Qwen3-style template (enable_thinking).
+        default="qwen3",
+        help="how the model writes its thinking, as the `reasoning_parser` of a --model (default: qwen3)",
     )
     dev.add_argument("--variant", choices=("current", "legacy"), default="current", help="contract variant")
     dev.add_argument(

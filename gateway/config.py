@@ -19,7 +19,7 @@ from gateway.text.tool_calls.registry import MODEL_FORMATS
 Route = Literal["auto", "ensemble", "engine"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 # Settings whose flag differs from `--field-name` (repeatable, singular).
-FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model"}
+FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model", "key_rate_limits": "--key-rate-limit"}
 # A gRPC target: HOST:PORT (IPv6 in brackets), or one of gRPC's own schemes (dns:, unix:, ...).
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d{1,5})$")
 _GRPC_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
@@ -169,12 +169,32 @@ class ServedModel(BaseModel):
         )
 
 
+class KeyRateLimit(BaseModel):
+    """One API key's own rate limits (`key=KEY,rpm=N,tpm=N`); a limit left out is the default's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str = Field(min_length=1, description="The API key (one of api_keys or api_key_file).")
+    rpm: int | None = Field(default=None, ge=1, description="Requests per minute.")
+    tpm: int | None = Field(default=None, ge=1, description="Tokens per minute.")
+
+    @classmethod
+    def parse_spec(cls, spec: str) -> KeyRateLimit:
+        return cls.model_validate(ServedModel.spec_fields(spec))
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="forbid", env_nested_delimiter="__")
 
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=9000, ge=0, le=65535, description="Port to listen on.")
     workers: int = Field(default=1, ge=1, description="Worker processes sharing the port.")
+    worker_sockets: Literal["reuseport", "shared"] = Field(
+        default="reuseport",
+        description="With several workers: `reuseport` gives each worker its own SO_REUSEPORT socket "
+        "(the kernel spreads connections over them); `shared`, one socket they all accept on "
+        "(uvicorn's own way).",
+    )
     triton_url: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:8001"], description="Triton gRPC endpoint(s), HOST:PORT."
     )
@@ -234,7 +254,12 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Accepted API keys (comma-separated in the environment); none configured: no auth.",
     )
-    api_key_file: Path | None = Field(default=None, description="File with one accepted API key per line.")
+    api_key_file: Path | None = Field(
+        default=None,
+        description="File with one accepted API key per line, each optionally followed by "
+        "priority=N (its requests' default priority; lower is more urgent) and its own rate limits "
+        "rpm=N, tpm=N.",
+    )
     protect_metrics: bool = Field(default=False, description="Require an API key for /metrics too.")
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Allowed CORS origins (comma-separated); empty: CORS off."
@@ -283,7 +308,8 @@ class Settings(BaseSettings):
     )
     response_store: str = Field(
         default="sqlite",
-        description="Where stored responses live: sqlite (a file in state_dir) or memory (this process).",
+        description="Where stored responses live: sqlite (a file in state_dir), memory (this process) "
+        "or redis (the state_url server; the default when state_url is set).",
     )
     response_store_max_age_s: float | None = Field(
         default=30 * 24 * 3600.0, gt=0, description="Stored responses older than this are dropped."
@@ -301,6 +327,62 @@ class Settings(BaseSettings):
         description="A Responses tool the gateway cannot run (web_search, mcp, ...) is a 400 "
         "instead of being left out.",
     )
+    state_url: str | None = Field(
+        default=None,
+        description="Redis or Valkey server shared by gateway replicas (redis://HOST:PORT/DB, rediss://, "
+        "unix://): stored responses and rate limits live there. None: in this process / state_dir.",
+    )
+    rate_limit_rpm: int | None = Field(
+        default=None, ge=1, description="Requests per minute per API key (none: unlimited)."
+    )
+    rate_limit_tpm: int | None = Field(
+        default=None,
+        ge=1,
+        description="Tokens per minute per API key: prompt plus max_tokens reserved at admission, "
+        "settled to the real usage at the end (none: unlimited).",
+    )
+    key_rate_limits: Annotated[list[KeyRateLimit], NoDecode] = Field(
+        default_factory=list,
+        description="One key's own limits, key=KEY[,rpm=N][,tpm=N] (a limit left out is the default)",
+    )
+
+    @field_validator("state_url")
+    @classmethod
+    def _state_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{value!r} is not a redis://HOST:PORT/DB (or rediss://, unix://) URL")
+        return value
+
+    @field_validator("key_rate_limits", mode="before")
+    @classmethod
+    def _key_limit_specs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            value = [part for part in re.split(r"[;\n]", text) if part.strip()]
+        if isinstance(value, list):
+            return [ServedModel.spec_fields(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _state_backends(self) -> Settings:
+        # A state server holds stored responses too, unless a store was chosen.
+        if self.state_url is not None and "response_store" not in self.model_fields_set:
+            self.response_store = "redis"
+            # Still not set by the user: a config file's choice may override it (Settings.load).
+            self.__pydantic_fields_set__.discard("response_store")
+        if self.response_store == "redis" and self.state_url is None:
+            raise ValueError("response_store redis needs state_url (redis://HOST:PORT/DB)")
+        if self.key_rate_limits:
+            accepted = set(self.accepted_keys())
+            for limit in self.key_rate_limits:
+                if limit.key not in accepted:
+                    raise ValueError(
+                        "key_rate_limits: a key with limits is not one of the accepted API keys "
+                        "(api_keys, api_key_file)"
+                    )
+        return self
 
     @field_validator("response_store")
     @classmethod
@@ -376,16 +458,35 @@ class Settings(BaseSettings):
     @field_validator("api_key_file")
     @classmethod
     def _key_file_exists(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"{value}: no such file")
+        if value is not None:
+            if not value.is_file():
+                raise ValueError(f"{value}: no such file")
+            read_key_file(value)
         return value
 
     def accepted_keys(self) -> list[str]:
         keys = list(self.api_keys)
         if self.api_key_file is not None:
-            lines = self.api_key_file.read_text(encoding="utf-8").splitlines()
-            keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+            keys += list(read_key_file(self.api_key_file))
         return keys
+
+    def key_limits(self) -> dict[str, KeyRateLimit]:
+        """Each key's own rate limits: from the key file (`rpm=N`, `tpm=N` after the key), where
+        key_rate_limits does not give that key's."""
+        limits: dict[str, KeyRateLimit] = {}
+        if self.api_key_file is not None:
+            for key, options in read_key_entries(self.api_key_file).items():
+                if "rpm" in options or "tpm" in options:
+                    limits[key] = KeyRateLimit(key=key, rpm=options.get("rpm"), tpm=options.get("tpm"))
+        limits.update({limit.key: limit for limit in self.key_rate_limits})
+        return limits
+
+    def key_priorities(self) -> dict[str, int]:
+        """Each key's default priority from the key file, where it gives one."""
+        if self.api_key_file is None:
+            return {}
+        entries = read_key_file(self.api_key_file)
+        return {key: priority for key, priority in entries.items() if priority is not None}
 
     @classmethod
     def load(cls, **overrides: Any) -> Settings:
@@ -411,6 +512,48 @@ class ConfigFileError(ValueError):
         self.path = path
         self.error = error
         self.keys = keys
+
+
+# Options a key file line may give after the key, and the least value each takes.
+KEY_OPTIONS: dict[str, int | None] = {"priority": None, "rpm": 1, "tpm": 1}
+
+
+def read_key_entries(path: Path) -> dict[str, dict[str, int]]:
+    """The API key file: one key per line, optionally followed by `priority=N` (the key's requests'
+    default priority, vLLM's convention: lower is more urgent) and its own rate limits `rpm=N`,
+    `tpm=N`; blank lines and `#` comments skipped. A ValueError names the line of anything else."""
+    keys: dict[str, dict[str, int]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({exc})") from None
+    for number, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        key, *options = text.split()
+        values: dict[str, int] = {}
+        for option in options:
+            name, sep, value = option.partition("=")
+            if name not in KEY_OPTIONS or not sep:
+                raise ValueError(
+                    f"{path} line {number}: expected `KEY` or `KEY priority=N` (and `rpm=N`, `tpm=N`), "
+                    f"not {option!r} after the key"
+                )
+            try:
+                values[name] = int(value)
+            except ValueError:
+                raise ValueError(f"{path} line {number}: {name} must be an integer, not {value!r}") from None
+            least = KEY_OPTIONS[name]
+            if least is not None and values[name] < least:
+                raise ValueError(f"{path} line {number}: {name} must be at least {least}, not {value!r}")
+        keys[key] = values
+    return keys
+
+
+def read_key_file(path: Path) -> dict[str, int | None]:
+    """Each key of the key file with its default priority (None where it gives none)."""
+    return {key: options.get("priority") for key, options in read_key_entries(path).items()}
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -112,6 +112,7 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             tokenizer=model_dir,
             triton_model=ready["ensemble"],
             tool_parser=args.tool_parser,
+            reasoning_parser=args.reasoning_parser,
             # The random tiny model rarely ends by itself, and agents set no output limit.
             default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
             # ... and a turn cut there still ends as completed: agents (Codex, the Agents SDK)

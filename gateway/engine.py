@@ -64,6 +64,9 @@ class GenerationRequest:
     # Whether the client streams the answer: a text-only ensemble is then asked to stream too
     # (each response decoded alone); otherwise it returns one exact decode of the whole result.
     stream: bool = True
+    # The request's priority (vLLM's convention: lower is more urgent, 0 the default), for an
+    # engine that schedules by priority.
+    priority: int = 0
 
 
 # Not frozen: one is made per streamed token, and a frozen dataclass's __init__ (object.__setattr__

@@ -80,6 +80,19 @@ class OverloadedError(GatewayError):
     default_code = "overloaded"
 
 
+class RateLimitError(GatewayError):
+    """A key's requests or tokens per minute are used up. OpenAI's body names the limit that was
+    hit in `type` (`requests` or `tokens`) with the code `rate_limit_exceeded`."""
+
+    status_code = 429
+    error_type = "requests"
+    default_code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, kind: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, headers=headers)
+        self.error_type = kind
+
+
 class EngineError(GatewayError):
     """Triton answered with an error for this request."""
 
@@ -96,6 +109,14 @@ class EngineUnavailableError(GatewayError):
     default_code = "engine_unavailable"
 
 
+class StateUnavailableError(GatewayError):
+    """The state server (`--state-url`: Redis or Valkey) cannot be reached or failed."""
+
+    status_code = 503
+    error_type = "server_error"
+    default_code = "state_unavailable"
+
+
 class DeadlineExceededError(GatewayError):
     status_code = 504
     error_type = "server_error"
@@ -107,7 +128,8 @@ class ClientDeadlineExceededError(DeadlineExceededError):
 
 
 class ServerConfigError(GatewayError):
-    """The gateway's own configuration is wrong; raised at start-up, not per request."""
+    """The gateway's own configuration is wrong; raised at start-up, or per request where only
+    Triton's answer at run time shows it (a model's route that cannot serve its reasoning format)."""
 
 
 class InternalError(GatewayError):

@@ -28,6 +28,8 @@ class RequestRecord:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     ttft_s: float | None = None
+    # The admission priority of a generation request (gateway.http.admission).
+    priority: int | None = None
     # Top-level body fields the gateway did not use (sent back in x-gateway-ignored-fields).
     ignored_fields: tuple[str, ...] = ()
 
@@ -41,6 +43,7 @@ class RequestRecord:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "ttft_ms": None if self.ttft_s is None else round(self.ttft_s * 1000, 2),
+            "priority": self.priority,
             "duration_ms": round((time.perf_counter() - self.start) * 1000, 2),
             "ignored_fields": ",".join(self.ignored_fields) or None,
         }

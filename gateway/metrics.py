@@ -19,6 +19,7 @@ from gateway.logs import current_request
 # Explicit buckets: the defaults stop at 10 s and start at 5 ms, wrong for token gaps and long streams.
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TOKEN_GAP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+QUEUE_BUCKETS = (0.0001, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 E2E_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)
 
 
@@ -37,6 +38,22 @@ class ModelSeries:
     e2e: Any
     prompt_tokens: Any
     generation_tokens: Any
+
+
+class EndpointSeries:
+    """One Triton endpoint's labelled series, resolved once (gateway.triton.pool.EndpointSeries)."""
+
+    __slots__ = ("_in_flight", "_sent")
+
+    def __init__(self, sent: Any, in_flight: Any) -> None:
+        self._sent = sent
+        self._in_flight = in_flight
+
+    def sent(self) -> None:
+        self._sent.inc()
+
+    def in_flight(self, delta: int) -> None:
+        self._in_flight.inc(delta)
 
 
 class GatewayMetrics:
@@ -68,6 +85,27 @@ class GatewayMetrics:
             "Generation requests waiting for a slot.",
             registry=r,
             multiprocess_mode="livesum",
+        )
+        # By priority (gateway.http.admission.priority_label: at most 23 values) and, for
+        # refusals, why: queue_full, displaced (a more urgent request took its place), timeout.
+        self.admitted = Counter(
+            "gateway_admitted_requests",
+            "Generation requests admitted to run, by priority.",
+            ["priority"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "gateway_queue_wait_seconds",
+            "Time an admitted generation request waited for its slot, by priority.",
+            ["priority"],
+            buckets=QUEUE_BUCKETS,
+            registry=r,
+        )
+        self.shed = Counter(
+            "gateway_shed_requests",
+            "Generation requests refused by admission (429), by priority and reason.",
+            ["priority", "reason"],
+            registry=r,
         )
         self.ttft = Histogram(
             "gateway_time_to_first_token_seconds",
@@ -119,6 +157,24 @@ class GatewayMetrics:
             registry=r,
             multiprocess_mode="liveall",
         )
+        # Per endpoint, how the routing policy spreads the load (a retry on another endpoint counts
+        # there too).
+        self.endpoint_requests = Counter(
+            "gateway_triton_endpoint_requests",
+            "Requests sent to each Triton endpoint.",
+            ["endpoint"],
+            registry=r,
+        )
+        self.endpoint_in_flight = Gauge(
+            "gateway_triton_endpoint_in_flight",
+            "Requests in flight at each Triton endpoint from this gateway.",
+            ["endpoint"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+
+    def endpoint(self, url: str) -> EndpointSeries:
+        return EndpointSeries(self.endpoint_requests.labels(url), self.endpoint_in_flight.labels(url))
 
     def model(self, name: str) -> ModelSeries:
         series = self._models.get(name)

@@ -120,12 +120,45 @@ def run_server(
             os.environ[SETTINGS_ENV] = settings.model_dump_json()
             if not multiprocess_dir():
                 os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="gateway-metrics-")
-            uvicorn.run("gateway.server:app_from_env", factory=True, workers=settings.workers, **common)
+            if settings.worker_sockets == "shared":
+                uvicorn.run("gateway.server:app_from_env", factory=True, workers=settings.workers, **common)
+            else:
+                _run_workers(settings, common)
         else:
             uvicorn.run(create_app(settings, tokenizers=tokenizers), **common)
     finally:
         if stop is not None:
             stop.set()
+
+
+def _run_workers(settings: Settings, common: dict[str, Any]) -> None:
+    """Each worker on its own SO_REUSEPORT socket (gateway.workers): the kernel spreads connections
+    evenly, where one shared accepting socket let whichever worker woke first take a burst."""
+    import uvicorn
+    from prometheus_client import multiprocess
+
+    from gateway.workers import WorkerPool, reuseport_sockets
+
+    config = uvicorn.Config(
+        "gateway.server:app_from_env",
+        factory=True,
+        workers=settings.workers,
+        # A worker builds the app (tokenizers, templates) before it answers the supervisor's pings:
+        # on a loaded host that takes longer than uvicorn's 5 s, and it was killed as hung.
+        timeout_worker_healthcheck=30,
+        **common,
+    )
+    try:
+        sockets = reuseport_sockets(settings.host, settings.port, settings.workers, config.backlog)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot listen on {settings.host}:{settings.port}: {exc.strerror} (--port, --host)", 1
+        ) from None
+    # A dead worker's live gauges (requests in flight) must leave the aggregated /metrics with it.
+    pool = WorkerPool(config, sockets, on_worker_exit=multiprocess.mark_process_dead)
+    pool.run()
+    if pool.exit_code:
+        raise SystemExit(pool.exit_code)
 
 
 def app_from_env() -> Any:

@@ -24,6 +24,9 @@ class ChoiceEvent:
     finish_reason: str | None = None
     # Log probabilities of the tokens behind this event's text (when asked for).
     logprobs: tuple[TokenLogprob, ...] = ()
+    # The generated ids since the last event, end ids left out (only for choices made with
+    # `keep_ids`: a reasoning parser counts the thinking's tokens from them).
+    token_ids: Sequence[int] = ()
 
 
 class ChoiceState:
@@ -32,6 +35,8 @@ class ChoiceState:
     __slots__ = (
         "_decoder",
         "_end_ids",
+        "_ids",
+        "_keep_ids",
         "_logprobs",
         "_stop",
         "completion_tokens",
@@ -48,6 +53,7 @@ class ChoiceState:
         stops: Sequence[str],
         end_ids: frozenset[int],
         max_tokens: int,
+        keep_ids: bool = False,
     ) -> None:
         self.index = index
         self._decoder = decoder
@@ -57,6 +63,15 @@ class ChoiceState:
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self._logprobs: list[TokenLogprob] = []
+        self._keep_ids = keep_ids
+        self._ids: list[int] = []
+
+    def take_ids(self) -> Sequence[int]:
+        """The generated ids since the last event (none unless made with `keep_ids`)."""
+        if not self._ids:
+            return ()
+        out, self._ids = self._ids, []
+        return out
 
     def take_logprobs(self) -> tuple[TokenLogprob, ...]:
         """Log probabilities gathered since the last event; text held back keeps them waiting."""
@@ -92,6 +107,8 @@ class ChoiceState:
             if delta.logprobs:
                 # End tokens are never text, so they get no entry either.
                 self._logprobs.extend(delta.logprobs[: len(ids)])
+            if self._keep_ids:
+                self._ids.extend(ids)
             text = self._decoder.push_ids(ids)
         else:
             self.completion_tokens += delta.num_tokens
@@ -128,7 +145,11 @@ def make_choices(
     first_index: int,
     stops: Sequence[str],
     text_prefix: str = "",
+    skip_special_tokens: bool = True,
+    keep_ids: bool = False,
 ) -> list[ChoiceState]:
+    """The choices of one engine request. `skip_special_tokens` False keeps special tokens in the
+    text (a reasoning format whose markers are special tokens); `keep_ids` hands each event its ids."""
     end_ids = frozenset(request.end_token_ids) if not request.params.ignore_eos else frozenset()
     if request.end_id is not None and not request.params.ignore_eos:
         end_ids |= {request.end_id}
@@ -136,7 +157,7 @@ def make_choices(
     if token_ids:
 
         def factory() -> TextDecoder:
-            return ids_decoder(tokenizer)
+            return ids_decoder(tokenizer, skip_special_tokens=skip_special_tokens)
     else:
 
         def factory() -> TextDecoder:
@@ -144,7 +165,12 @@ def make_choices(
 
     return [
         ChoiceState(
-            first_index + i, factory(), stops=stops, end_ids=end_ids, max_tokens=request.params.max_tokens
+            first_index + i,
+            factory(),
+            stops=stops,
+            end_ids=end_ids,
+            max_tokens=request.params.max_tokens,
+            keep_ids=keep_ids,
         )
         for i in range(request.num_sequences)
     ]
@@ -178,7 +204,9 @@ async def run_generation(
             choice = choices[delta.index]
             text = choice.feed(delta)
             if text or choice.done:
-                yield ChoiceEvent(choice.index, text, choice.finish_reason, choice.take_logprobs())
+                yield ChoiceEvent(
+                    choice.index, text, choice.finish_reason, choice.take_logprobs(), choice.take_ids()
+                )
                 if choice.done and all(c.done for c in choices):
                     totals.stopped_early = True
                     break
@@ -188,4 +216,6 @@ async def run_generation(
     for choice in choices:
         if not choice.done:
             text = choice.finish()
-            yield ChoiceEvent(choice.index, text, choice.finish_reason, choice.take_logprobs())
+            yield ChoiceEvent(
+                choice.index, text, choice.finish_reason, choice.take_logprobs(), choice.take_ids()
+            )

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -32,10 +32,15 @@ from gateway.errors import (
     EngineUnavailableError,
     GatewayError,
     InvalidRequestError,
+    ServerConfigError,
     to_gateway_error,
 )
 from gateway.metrics import GatewayMetrics, RequestTimer
+from gateway.ratelimit import current_quota
+from gateway.text.reasoning import ReasoningFormat, get_format
+from gateway.text.reply import ReplyParser
 from gateway.text.tokenizer import Tokenizer
+from gateway.text.tool_calls import StreamingToolParser, new_tool_call_id
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +55,8 @@ class Generation:
     # A prompt sent before it was tokenized (see prompt_budget): its text and whether special
     # tokens are added (the model's setting), counted when first asked for, at the end.
     uncounted: tuple[Tokenizer, str, bool] | None = None
+    # The model's reasoning format, when the reply is to be parsed for thinking (see build_generation).
+    reasoning: ReasoningFormat | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -79,6 +86,36 @@ class PreparedRequest:
     @property
     def choices(self) -> list[ChoiceState]:
         return [c for g in self.generations for c in g.choices]
+
+    def reply_parsers(self, make_id: Callable[[], str] = new_tool_call_id) -> dict[int, ReplyParser]:
+        """A parser per choice index that splits the reply into thinking, answer and tool calls;
+        empty when the reply is plain content (no reasoning format, no tool format)."""
+        parsers: dict[int, ReplyParser] = {}
+        tokenizer = self.runtime.tokenizer
+        for generation in self.generations:
+            fmt = generation.reasoning
+            if fmt is None and self.tool_format == "none":
+                continue
+            count_text = None
+            if fmt is not None and not self.runtime.engine.info.exposes_token_ids:
+
+                def count_text(text: str) -> int:
+                    return len(tokenizer.encode(text, add_special_tokens=False))
+
+            for choice in generation.choices:
+                reasoning = None
+                if fmt is not None:
+                    # The chat template may have opened (or closed) the think block in the prompt.
+                    reasoning = fmt.parser(
+                        prompt=generation.request.prompt_text,
+                        marker_ids=fmt.marker_ids(tokenizer.vocab),
+                        make_id=make_id,
+                    )
+                tools = None
+                if self.tool_format != "none":
+                    tools = StreamingToolParser(self.tool_format, tool_names=self.tool_names, make_id=make_id)
+                parsers[choice.index] = ReplyParser(reasoning=reasoning, tools=tools, count_text=count_text)
+        return parsers
 
     @property
     def prompt_tokens(self) -> int:
@@ -157,6 +194,39 @@ def affinity_key(
     return None
 
 
+async def reserve_quota(prepared: PreparedRequest) -> None:
+    """Take the request's tokens from its key's rate limit (when it has one): each prompt plus its
+    output limit for every sequence, a prompt not yet tokenized estimated at 4 characters a token
+    (the request settles to its real usage when it ends). A RateLimitError (429) when over it."""
+    quota = current_quota.get()
+    if quota is None:
+        return
+    tokens = 0
+    for g in prepared.generations:
+        prompt = g.totals.prompt_tokens
+        if prompt is None:
+            prompt = -(-len(g.request.prompt_text) // 4)
+        tokens += prompt + g.request.params.max_tokens * g.request.num_sequences
+    await quota.reserve(tokens)
+
+
+def reasoning_format(runtime: ModelRuntime) -> ReasoningFormat | None:
+    """The model's reasoning format (None: it has none). A format whose markers are special
+    tokens (gpt_oss) is parsed from text decoded with special tokens kept, which only the gateway's
+    own decoding of the generated ids can give: a route that returns text (an ensemble without
+    `output_ids`) has already dropped them, so such a model cannot be served there."""
+    fmt = get_format(runtime.config.reasoning_parser)
+    if fmt is not None and fmt.keeps_special_tokens and not runtime.engine.info.exposes_token_ids:
+        raise ServerConfigError(
+            f"model {runtime.name!r}: reasoning_parser {fmt.name} needs the generated token ids (its "
+            f"markers are special tokens), but its route ({runtime.engine.info.route or 'ensemble'}) "
+            "returns text; serve it by the engine route (route=engine) or an ensemble that returns "
+            "output_ids",
+            code="reasoning_parser_needs_token_ids",
+        )
+    return fmt
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -176,7 +246,13 @@ def build_generation(
     logit_bias: tuple[tuple[int, float], ...] = (),
     affinity: str | None = None,
     stream: bool = True,
+    reasoning: bool = False,
+    priority: int = 0,
 ) -> Generation:
+    """`reasoning`: the reply will be split by the model's reasoning format (chat completions,
+    Responses, Messages), so it is decoded the way that format reads it, with its ids kept for
+    counting the thinking's tokens."""
+    fmt = reasoning_format(runtime) if reasoning else None
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
@@ -197,6 +273,7 @@ def build_generation(
         vocab_size=runtime.vocab_size,
         affinity=affinity,
         stream=stream,
+        priority=priority,
     )
     engine = runtime.engine.info
     # A text result that repeats the prompt starts with the prompt's decoding: cut it there.
@@ -208,11 +285,13 @@ def build_generation(
         first_index=first_index,
         stops=stops,
         text_prefix=runtime.tokenizer.decode(prompt_ids) if repeated and prompt_ids else "",
+        skip_special_tokens=fmt is None or not fmt.keeps_special_tokens,
+        keep_ids=fmt is not None and engine.exposes_token_ids,
     )
     if prompt_ids is None:
         uncounted = (runtime.tokenizer, prompt_text, runtime.config.add_special_tokens)
-        return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted)
-    return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)))
+        return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted, fmt)
+    return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)), None, fmt)
 
 
 async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> AsyncIterator[ChoiceEvent]:

@@ -6,12 +6,10 @@ per-request cost stays a few function calls.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
-import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -19,7 +17,16 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import tracing
-from gateway.errors import AuthenticationError, GatewayError, OverloadedError, PayloadTooLargeError
+from gateway.errors import AuthenticationError, GatewayError, PayloadTooLargeError
+from gateway.http.admission import (
+    TICKET_KEY,
+    AdmissionEvents,
+    AdmissionQueue,
+    ShedReason,
+    Ticket,
+    priority_label,
+    retry_after_s,
+)
 from gateway.logs import ACCESS_LOGGER, RequestRecord, current_request
 from gateway.metrics import GatewayMetrics
 
@@ -41,6 +48,17 @@ async def send_error(send: Send, error: GatewayError, path: str, error_shape: Er
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": orjson.dumps(body)})
+
+
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The API key a request presents: `Authorization: Bearer KEY` or `x-api-key: KEY`, whichever
+    comes first (b"" for another authorization scheme); None when it presents none."""
+    for name, value in headers:
+        if name == b"authorization":
+            return value[7:].strip() if value.lower().startswith(b"bearer ") else b""
+        if name == b"x-api-key":
+            return value.strip()
+    return None
 
 
 class ApiKeyMiddleware:
@@ -69,14 +87,7 @@ class ApiKeyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._protected(scope["path"]):
-            given = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    given = value[7:].strip() if value.lower().startswith(b"bearer ") else b""
-                    break
-                if name == b"x-api-key":
-                    given = value.strip()
-                    break
+            given = presented_key(scope["headers"])
             if not self._valid(given):
                 message = (
                     "You didn't provide an API key. Provide it in the Authorization header "
@@ -142,11 +153,16 @@ class BodySizeMiddleware:
 
 
 class AdmissionMiddleware:
-    """Bounds concurrent generation requests per process and the queue in front of them.
+    """Bounds concurrent generation requests per process and the queue in front of them, by
+    priority (`gateway.http.admission`).
 
-    A request waits for a slot while fewer than `max_queued` wait; beyond that, or after
-    `queue_timeout_s`, it gets a 429 with Retry-After. The slot is held until the response
-    (the whole stream) is done, so memory stays bounded however fast clients arrive.
+    The priority is in the JSON body, which the route parses: this middleware gives each
+    generation request a ticket (with its API key's default priority) and the route waits on it
+    once the body is parsed (`admission.admit`). The slot is held until the response (the whole
+    stream) is done; a request refused, displaced from a full queue or timed out in it gets a 429
+    with Retry-After in its API's error shape. Each body is read before its request waits (at
+    most --max-body-bytes); a refused one is dropped at once, so what is kept stays bounded by the
+    running and queued requests.
     """
 
     def __init__(
@@ -154,52 +170,60 @@ class AdmissionMiddleware:
         app: ASGIApp,
         *,
         paths: frozenset[str],
-        error_shape: ErrorShape,
         max_concurrent: int,
         max_queued: int,
         queue_timeout_s: float,
         metrics: GatewayMetrics,
+        key_priorities: Mapping[str, int] | None = None,
     ) -> None:
         self.app = app
         # The generation routes' paths, taken from the app's routes (routing.generation_paths).
         self._paths = paths
-        self._error_shape = error_shape
-        self._slots = asyncio.Semaphore(max_concurrent)
-        self._max_queued = max_queued
-        self._queued = 0
-        self._timeout = queue_timeout_s
-        self._metrics = metrics
-
-    def _overloaded(self) -> OverloadedError:
-        retry = max(1, math.ceil(min(self._timeout, 5.0)))
-        return OverloadedError(
-            "The server is overloaded; retry after a short wait.", headers={"Retry-After": str(retry)}
+        self._events = _AdmissionMetrics(metrics)
+        self._queue = AdmissionQueue(
+            max_running=max_concurrent,
+            max_queued=max_queued,
+            timeout_s=queue_timeout_s,
+            on_length=self._events.queue_length,
         )
+        self._retry_after = retry_after_s(queue_timeout_s)
+        self._key_priorities = {k.encode(): p for k, p in (key_priorities or {}).items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in self._paths:
             await self.app(scope, receive, send)
             return
-        if self._slots.locked():
-            if self._queued >= self._max_queued:
-                await send_error(send, self._overloaded(), scope["path"], self._error_shape)
-                return
-            self._queued += 1
-            self._metrics.queued.inc()
-            try:
-                await asyncio.wait_for(self._slots.acquire(), self._timeout)
-            except TimeoutError:
-                await send_error(send, self._overloaded(), scope["path"], self._error_shape)
-                return
-            finally:
-                self._queued -= 1
-                self._metrics.queued.dec()
-        else:
-            await self._slots.acquire()
+        default = 0
+        if self._key_priorities:
+            # The key middleware, outside this one, has already refused an unknown key.
+            key = presented_key(scope["headers"])
+            default = self._key_priorities.get(key, 0) if key else 0
+        ticket = Ticket(
+            self._queue, default_priority=default, retry_after_s=self._retry_after, events=self._events
+        )
+        scope[TICKET_KEY] = ticket
         try:
             await self.app(scope, receive, send)
         finally:
-            self._slots.release()
+            ticket.release()
+
+
+class _AdmissionMetrics(AdmissionEvents):
+    """Admission by priority in the gateway's metrics (labels bounded by priority_label)."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self._m = metrics
+
+    def admitted(self, priority: int, waited_s: float) -> None:
+        label = priority_label(priority)
+        self._m.admitted.labels(label).inc()
+        self._m.queue_wait.labels(label).observe(waited_s)
+
+    def shed(self, priority: int, reason: ShedReason) -> None:
+        self._m.shed.labels(priority_label(priority), reason).inc()
+
+    def queue_length(self, waiting: int) -> None:
+        self._m.queued.set(waiting)
 
 
 class ObservabilityMiddleware:

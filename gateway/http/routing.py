@@ -23,6 +23,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import InvalidRequestError
+from gateway.http.admission import admit
 
 Endpoint = Callable[[Any, Request], Awaitable[Any]]
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -62,6 +63,8 @@ class JsonBodyRoute(APIRoute):
                 raise RequestValidationError(
                     [{**e, "loc": ("body", *e["loc"])} for e in errors], body=raw
                 ) from None
+            # Admission waits here, where the body's priority is known (AdmissionMiddleware).
+            await admit(request, body)
             result = await endpoint(body, request)
             if isinstance(result, Response):
                 return result
@@ -109,7 +112,8 @@ class DirectRoutes:
 
 
 def generation_paths(routes: Iterable[BaseRoute]) -> frozenset[str]:
-    """The paths of the generation routes (every JsonBodyRoute): admission control bounds these,
+    """The paths of the generation routes (every JsonBodyRoute): admission control bounds these
+    (the route class waits for admission once it has parsed the body),
     so a new API's generation endpoint is admitted as soon as its router uses the route class."""
     return frozenset(route.path for route in flatten_routes(routes) if isinstance(route, JsonBodyRoute))
 

@@ -4,7 +4,8 @@ change to the API code. Below the APIs and the configuration, which takes its al
 `STORES`.
 
 A backend keeps each response with the conversation it answered (its input items, oldest first,
-the items of every earlier response it continued included), and applies the retention bounds."""
+the items of every earlier response it continued included), and applies the retention bounds.
+`redis` is the store shared by gateway replicas (`--state-url`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ class StoreSettings:
     max_age_s: float | None
     # At most this many responses are kept, the oldest dropped first; None: no bound.
     max_count: int | None
+    # The state server shared by gateway replicas (redis://...), for the `redis` store.
+    state_url: str | None = None
 
 
 class ResponseStore(Protocol):
@@ -62,8 +65,21 @@ def _memory(settings: StoreSettings) -> ResponseStore:
     return MemoryResponseStore(settings.max_age_s, settings.max_count)
 
 
+def _redis(settings: StoreSettings) -> ResponseStore:
+    from gateway.errors import ServerConfigError
+    from gateway.store.redis import RedisResponseStore
+
+    if settings.state_url is None:
+        raise ServerConfigError("the redis response store needs --state-url (redis://host:port/db)")
+    return RedisResponseStore(settings.state_url, settings.max_age_s, settings.max_count)
+
+
 # The configuration's allowed values come from here.
-STORES: dict[str, Callable[[StoreSettings], ResponseStore]] = {"sqlite": _sqlite, "memory": _memory}
+STORES: dict[str, Callable[[StoreSettings], ResponseStore]] = {
+    "sqlite": _sqlite,
+    "memory": _memory,
+    "redis": _redis,
+}
 
 
 def open_store(kind: str, settings: StoreSettings) -> ResponseStore:

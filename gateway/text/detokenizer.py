@@ -143,13 +143,18 @@ class ByteTableDecoder:
         return self._decoder.decode(b"", True)
 
 
-def ids_decoder(tokenizer: Tokenizer) -> TextDecoder:
+def ids_decoder(tokenizer: Tokenizer, *, skip_special_tokens: bool = True) -> TextDecoder:
     """The decoder for a stream of generated ids: by byte table where the tokenizer has one, else
-    by window. Either way the text is the tokenizer's decoding of the ids (special tokens skipped)."""
-    if tokenizer.token_bytes is not None:
-        return ByteTableDecoder(tokenizer.token_bytes)
+    by window. Either way the text is the tokenizer's decoding of the ids, special tokens skipped
+    unless `skip_special_tokens` is False (a reasoning format whose markers are special tokens)."""
+    table = tokenizer.token_bytes if skip_special_tokens else tokenizer.token_bytes_with_special
+    if table is not None:
+        return ByteTableDecoder(table)
     return IncrementalDetokenizer(
-        tokenizer, byte_ids=tokenizer.byte_fallback_ids, special_ids=tokenizer.special_ids
+        tokenizer,
+        byte_ids=tokenizer.byte_fallback_ids,
+        special_ids=tokenizer.special_ids,
+        skip_special_tokens=skip_special_tokens,
     )
 
 

@@ -7,6 +7,7 @@ transformers' AutoTokenizer imports it; the app freezes that start-up heap out o
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -104,6 +105,20 @@ class Tokenizer:
             self._specials_added = len(self._backend.encode("", add_special_tokens=True).ids)
         how = "by byte table" if self.token_bytes else "by window"
         logger.debug("%s: streamed text decoded %s", path, how)
+
+    @functools.cached_property
+    def token_bytes_with_special(self) -> tuple[bytes, ...] | None:
+        """`token_bytes` with the special tokens' text in it (decoding with special tokens kept);
+        made on first use, for the models whose reasoning markers are special tokens."""
+        if self.token_bytes is None:
+            return None
+        return byte_level_table(self._backend, keep_special=True)
+
+    @functools.cached_property
+    def vocab(self) -> dict[str, int]:
+        """Token string -> id, added tokens included (made on first use: a large vocabulary is a
+        large dict)."""
+        return dict(self._tok.get_vocab())
 
     @property
     def has_chat_template(self) -> bool:
@@ -204,9 +219,10 @@ def _byte_level_alphabet() -> dict[str, int]:
     return {**{chr(b): b for b in printable}, **{chr(0x100 + i): b for i, b in enumerate(others)}}
 
 
-def byte_level_table(backend: Any) -> tuple[bytes, ...] | None:
-    """Each token's exact bytes (special tokens none), when the tokenizer decodes a sequence as
-    nothing but the UTF-8 decoding of its tokens' bytes joined: a byte-level decoder, alone.
+def byte_level_table(backend: Any, *, keep_special: bool = False) -> tuple[bytes, ...] | None:
+    """Each token's exact bytes (special tokens none, or their text with `keep_special`), when the
+    tokenizer decodes a sequence as nothing but the UTF-8 decoding of its tokens' bytes joined: a
+    byte-level decoder, alone.
 
     Every entry is checked against the tokenizer's own decoding of that token, so a tokenizer whose
     decoding this does not reproduce exactly gets None (and the gateway decodes by window instead).
@@ -216,7 +232,9 @@ def byte_level_table(backend: Any) -> tuple[bytes, ...] | None:
     if type(backend.decoder) is not decoders.ByteLevel:
         return None
     alphabet = _byte_level_alphabet()
-    skipped = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+    skipped = (
+        set() if keep_special else {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
+    )
     size = backend.get_vocab_size(with_added_tokens=True)
     table: list[bytes] = []
     for token_id in range(size):
@@ -228,7 +246,7 @@ def byte_level_table(backend: Any) -> tuple[bytes, ...] | None:
         else:
             # The byte-level decoder passes a token outside its alphabet (an added token) through.
             table.append(token.encode())
-    decoded = backend.decode_batch([[i] for i in range(size)], skip_special_tokens=True)
+    decoded = backend.decode_batch([[i] for i in range(size)], skip_special_tokens=not keep_special)
     if any(d != b.decode("utf-8", "replace") for d, b in zip(decoded, table, strict=True)):
         return None
     return tuple(table)

@@ -50,6 +50,10 @@ GUIDE_TYPE = "guided_decoding_guide_type"
 GUIDE = "guided_decoding_guide"
 EMBEDDING_BIAS = "embedding_bias"
 RETURN_PERF_METRICS = "return_perf_metrics"
+# Not in the stock repositories (the TensorRT-LLM backend does not pass a priority on to its
+# executor): sent where a model declares it as FP32, in the executor's terms (see
+# tensors.engine_priority).
+PRIORITY = "priority"
 
 # Physical names per route; a tuple lists the names of one input across versions, newest first.
 _ENSEMBLE: dict[str, tuple[str, ...]] = {
@@ -92,6 +96,7 @@ _SHARED: dict[str, tuple[str, ...]] = {
     RETURN_PERF_METRICS: ("return_perf_metrics",),
     GUIDE_TYPE: ("guided_decoding_guide_type",),
     GUIDE: ("guided_decoding_guide",),
+    PRIORITY: ("priority",),
 }
 ROUTE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "ensemble": {**_SHARED, **_ENSEMBLE},
@@ -281,6 +286,12 @@ class Contract:
             and KV_CACHE_REUSED_BLOCKS in self.outputs
             and self.tokens_per_block is not None
         )
+
+    @property
+    def priority(self) -> bool:
+        """Whether requests carry their priority: the model declares an FP32 `priority` input."""
+        spec = self.inputs.get(PRIORITY)
+        return spec is not None and spec.triton_dtype == "FP32"
 
     @property
     def variant(self) -> str:

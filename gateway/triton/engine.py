@@ -304,7 +304,7 @@ class TritonAdapter:
             endpoint = self._pool.pick(tried, route)
             tried.append(endpoint)
             first = True
-            endpoint.outstanding += 1
+            endpoint.begin()
             span = tracing.start_span(
                 "triton.infer", model=self._model, endpoint=endpoint.url, request_id=triton_id
             )
@@ -376,7 +376,7 @@ class TritonAdapter:
                 if len(tried) >= len(self._pool.endpoints):
                     raise failure.error from None
             finally:
-                endpoint.outstanding -= 1
+                endpoint.end()
                 span.end()
 
     async def _call(

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 import grpc
 
@@ -25,16 +26,42 @@ logger = logging.getLogger(__name__)
 _NO_ROUTE = RouteRequest()
 
 
-class Endpoint:
-    __slots__ = ("connection", "failures", "http", "outstanding", "retry_at")
+class EndpointSeries(Protocol):
+    """An endpoint's metrics: requests sent to it, and those in flight there."""
 
-    def __init__(self, connection: TritonConnection, http: TritonHttp | None = None) -> None:
+    def sent(self) -> None: ...
+
+    def in_flight(self, delta: int) -> None: ...
+
+
+class Endpoint:
+    __slots__ = ("connection", "failures", "http", "outstanding", "retry_at", "series")
+
+    def __init__(
+        self,
+        connection: TritonConnection,
+        series: EndpointSeries | None = None,
+        http: TritonHttp | None = None,
+    ) -> None:
         self.connection = connection
         # The same Triton's HTTP endpoint, when configured: generation streams over it.
         self.http = http
         self.outstanding = 0
         self.failures = 0
         self.retry_at = 0.0
+        self.series = series
+
+    def begin(self) -> None:
+        """A request was sent here (each attempt of a request counts)."""
+        self.outstanding += 1
+        if self.series is not None:
+            self.series.sent()
+            self.series.in_flight(1)
+
+    def end(self) -> None:
+        self.outstanding -= 1
+        if self.series is not None:
+            self.series.in_flight(-1)
 
     @property
     def url(self) -> str:
@@ -56,8 +83,12 @@ class TritonPool:
         probe_interval_s: float = 2.0,
         on_health: Callable[[str, bool], None] | None = None,
         policy: RoutingPolicy | None = None,
+        series: Callable[[str], EndpointSeries] | None = None,
     ) -> None:
-        self.endpoints = [Endpoint(TritonConnection(u, timeout_s=timeout_s)) for u in urls]
+        self.endpoints = [
+            Endpoint(TritonConnection(u, timeout_s=timeout_s), series(u) if series is not None else None)
+            for u in urls
+        ]
         if not self.endpoints:
             raise ValueError("at least one Triton URL is needed")
         if http_urls:

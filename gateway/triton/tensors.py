@@ -99,6 +99,13 @@ def sampling_values(request: GenerationRequest) -> dict[str, Any]:
     return values
 
 
+def engine_priority(priority: int) -> float:
+    """The gateway's priority (vLLM's: any integer, lower is more urgent, 0 the default) as
+    TensorRT-LLM's executor takes one (`Request::setPriority`: 0.0 to 1.0, higher is more urgent,
+    0.5 the default): 0 -> 0.5, -10 -> 0.75, 10 -> 0.25, strictly monotonic, never past the ends."""
+    return 0.5 - priority / (2 * (abs(priority) + 10))
+
+
 def _stop_rows(words: list[list[int]]) -> tuple[list[int], list[int]]:
     """TensorRT-LLM's stop list rows: row 0 the concatenated ids, row 1 each word's end offset,
     padded with -1."""
@@ -134,6 +141,8 @@ def _scalar_values(
     if num_sequences > 1:
         values[c.NUM_RETURN_SEQUENCES] = num_sequences
     values[c.EXCLUDE_INPUT_IN_OUTPUT] = True
+    if contract.priority:
+        values[c.PRIORITY] = engine_priority(request.priority)
     outputs = requested_outputs(contract, num_sequences=num_sequences, stream=stream)
     if c.NUM_OUTPUT_TOKENS in outputs:
         values[c.RETURN_NUM_OUTPUT_TOKENS] = True

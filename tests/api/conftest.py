@@ -13,18 +13,23 @@ from gateway.config import ServedModel, Settings
 from gateway.text.tokenizer import Tokenizer
 from tests.support.fake_engine import FakeEngine
 from tests.support.fixtures import tiny_agent_dir, tiny_bpe_dir, tiny_metaspace_dir  # noqa: F401
+from tests.support.redis_server import redis_server, redis_url  # noqa: F401
 
 MakeClient = Callable[..., Awaitable[tuple[httpx.AsyncClient, FakeEngine]]]
 
 
 @pytest.fixture
 async def make_client(tiny_bpe_dir: Path) -> AsyncIterator[MakeClient]:  # noqa: F811
-    """An ASGI client on a fresh app whose model `tiny` runs on a FakeEngine."""
+    """An ASGI client on a fresh app whose model `tiny` runs on a FakeEngine (the bpe tiny
+    tokenizer unless `tokenizer_dir` says another)."""
     contexts: list[Any] = []
     clients: list[httpx.AsyncClient] = []
 
     async def factory(
-        settings: dict[str, Any] | None = None, model: dict[str, Any] | None = None, **engine_kwargs: Any
+        settings: dict[str, Any] | None = None,
+        model: dict[str, Any] | None = None,
+        tokenizer_dir: Path | None = None,
+        **engine_kwargs: Any,
     ) -> tuple[httpx.AsyncClient, FakeEngine]:
         AppStatus.should_exit = False
         engines: list[FakeEngine] = []
@@ -35,7 +40,8 @@ async def make_client(tiny_bpe_dir: Path) -> AsyncIterator[MakeClient]:  # noqa:
             return engine
 
         config = Settings(
-            models=[ServedModel(name="tiny", tokenizer=tiny_bpe_dir, **(model or {}))], **(settings or {})
+            models=[ServedModel(name="tiny", tokenizer=tokenizer_dir or tiny_bpe_dir, **(model or {}))],
+            **(settings or {}),
         )
         app = create_app(config, engine_factory=engine_factory)
         ctx = app.router.lifespan_context(app)

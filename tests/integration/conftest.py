@@ -23,6 +23,7 @@ import tritonclient.grpc as grpcclient
 from deploy.devstack import DEV_TOKENS_PER_BLOCK, TritonServer
 from deploy.model_repo import render_repository
 from deploy.tiny_model import build_tiny_model
+from tests.support.redis_server import redis_server, redis_url  # noqa: F401
 
 STARTUP_TIMEOUT_S = 600.0
 SYNTHETIC_STEP_MS = 20.0

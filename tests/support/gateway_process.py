@@ -53,6 +53,8 @@ class GatewayProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
+        # A `with` block whose start fails never reaches __exit__: stop it here, or it outlives the test.
+        self.stop()
         raise RuntimeError(f"gateway not ready within {timeout} s:\n{self.log_text()}")
 
     def log_text(self) -> str:

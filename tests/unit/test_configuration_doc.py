@@ -55,6 +55,7 @@ def test_the_complete_example_sets_every_setting_and_loads(tmp_path: Path) -> No
     ]
     assert s.accepted_keys() == ["sk-gateway-first-key", "sk-from-file"]
     assert s.state_dir == Path("/var/lib/gateway")
+    assert [(k.key, k.rpm, k.tpm) for k in s.key_rate_limits] == [("sk-gateway-first-key", 60, 200000)]
     for name, value in data.items():
-        if name not in ("models", "api_key_file", "state_dir"):
+        if name not in ("models", "api_key_file", "state_dir", "key_rate_limits"):
             assert getattr(s, name) == value, name

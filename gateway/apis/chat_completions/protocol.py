@@ -45,6 +45,15 @@ class ChatMessageIn(BaseModel):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    # A reasoning model's thinking handed back with its turn (what this server returned as
+    # `reasoning_content`; `reasoning` is the name newer vLLM servers use): the chat template
+    # decides whether to render it (reasoning templates keep it only in an ongoing tool loop).
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+# OpenAI's values for `reasoning_effort` (the ReasoningEffort schema).
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 # Every top-level field OpenAI's API reference defines for this request: a field named here
@@ -101,7 +110,9 @@ class ChatCompletionRequest(GenerationFields):
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
-    # vLLM's extra knobs for chat templates.
+    # Passed to the chat template as `reasoning_effort` (gpt-oss's and the test model's read it).
+    reasoning_effort: ReasoningEffort | None = None
+    # vLLM's extra variables for the chat template (e.g. {"enable_thinking": false}), passed as given.
     chat_template_kwargs: dict[str, Any] | None = None
 
 
@@ -109,6 +120,9 @@ class ChatCompletionMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
+    # A reasoning model's thinking (the model's reasoning_parser), as vLLM and SGLang return it;
+    # left out when the model has none or did not think.
+    reasoning_content: str | None = Field(default=None, exclude_if=lambda v: v is None)
     # Left out, not null, when there are none: the published schema does not allow null here.
     tool_calls: list[dict[str, Any]] | None = Field(default=None, exclude_if=lambda v: v is None)
 

@@ -4,7 +4,7 @@ choices back as a chat.completion or a chunk stream."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from gateway import tracing
@@ -30,23 +30,26 @@ from gateway.core.generation import (
     build_generation,
     events,
     new_id,
+    reserve_quota,
     stream_failure,
 )
 from gateway.core.output import plan_output
+from gateway.core.reasoning import effort_template_kwargs
 from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError
-from gateway.text.tool_calls import (
-    ContentDelta,
-    StreamingToolParser,
-    ToolCallEvent,
-    finish_reason,
-    parse_tool_calls,
-)
+from gateway.text.reasoning import ReasoningDelta
+from gateway.text.reply import ReplyCollector, ReplyEvent, ReplyParser
+from gateway.text.tool_calls import ContentDelta, finish_reason
 
 
 class ChatCompletionsService(GenerationService):
     async def prepare(
-        self, body: ChatCompletionRequest, *, timeout_s: float | None = None, session: str | None = None
+        self,
+        body: ChatCompletionRequest,
+        *,
+        timeout_s: float | None = None,
+        session: str | None = None,
+        priority: int = 0,
     ) -> PreparedRequest:
         note_ignored_fields(ignored_fields(body, OPENAI_FIELDS, strict=self._limits.reject_unknown_fields))
         check_stream_options(body.stream, body.stream_options)
@@ -64,6 +67,9 @@ class ChatCompletionsService(GenerationService):
         )
         messages = [_template_message(m, i) for i, m in enumerate(body.messages)]
         template_kwargs = dict(body.chat_template_kwargs or {})
+        for key, value in effort_template_kwargs(body.reasoning_effort).items():
+            # The client's chat_template_kwargs say it more precisely, if they say it.
+            template_kwargs.setdefault(key, value)
         if plan.template_tools is not None:
             template_kwargs["tools"] = plan.template_tools
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
@@ -105,9 +111,11 @@ class ChatCompletionsService(GenerationService):
                 user=body.user,
             ),
             stream=bool(body.stream),
+            reasoning=True,
+            priority=priority,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return PreparedRequest(
+        prepared = PreparedRequest(
             runtime,
             [generation],
             response_id,
@@ -118,13 +126,24 @@ class ChatCompletionsService(GenerationService):
             tool_names=plan.tool_names,
             logprobs=logprobs,
         )
+        await reserve_quota(prepared)
+        return prepared
 
     async def create(self, prepared: PreparedRequest) -> ChatCompletion:
+        parsers = prepared.reply_parsers()
+        replies = {index: ReplyCollector() for index in parsers}
         texts = {c.index: "" for c in prepared.choices}
         reasons: dict[int, str] = {}
         entries: dict[int, list[TokenLogprob]] = {c.index: [] for c in prepared.choices}
         async for event in events(prepared, self._metrics):
-            texts[event.index] += event.text
+            parser = parsers.get(event.index)
+            if parser is None:
+                texts[event.index] += event.text
+            else:
+                reply = replies[event.index]
+                reply.add(parser.feed(event.text, event.token_ids))
+                if event.finish_reason is not None:
+                    reply.add(parser.finish())
             entries[event.index] += event.logprobs
             if event.finish_reason is not None:
                 reasons[event.index] = event.finish_reason
@@ -134,10 +153,15 @@ class ChatCompletionsService(GenerationService):
         for i in sorted(texts):
             message = ChatCompletionMessage(content=texts[i])
             reason = reasons[i]
-            if prepared.tool_format != "none":
-                parsed = parse_tool_calls(texts[i], prepared.tool_format, tool_names=prepared.tool_names)
+            if i in replies:
+                parsed = replies[i].reply()
                 calls = [c.to_openai() for c in parsed.tool_calls]
-                message = ChatCompletionMessage(content=parsed.content, tool_calls=calls or None)
+                message = ChatCompletionMessage(
+                    # null, as OpenAI sends it, when the reply was only tool calls.
+                    content=parsed.content if parsed.content or not calls else None,
+                    reasoning_content=parsed.reasoning,
+                    tool_calls=calls or None,
+                )
                 reason = finish_reason(reason, len(calls))
             logprobs = chat_logprobs(tokenizer, entries[i]) if prepared.logprobs is not None else None
             choices.append(
@@ -148,7 +172,9 @@ class ChatCompletionsService(GenerationService):
             created=prepared.created,
             model=prepared.runtime.name,
             choices=choices,
-            usage=CompletionUsage.of(prompt, completion, prepared.cached_tokens),
+            usage=CompletionUsage.of(
+                prompt, completion, prepared.cached_tokens, _reasoning_tokens(prepared, parsers)
+            ),
         )
 
     async def stream(self, prepared: PreparedRequest) -> AsyncGenerator[bytes, None]:
@@ -158,12 +184,9 @@ class ChatCompletionsService(GenerationService):
             prepared.runtime.name,
             include_usage=prepared.include_usage,
         )
-        parsers: dict[int, StreamingToolParser] = {}
-        if prepared.tool_format != "none":
-            parsers = {
-                c.index: StreamingToolParser(prepared.tool_format, tool_names=prepared.tool_names)
-                for c in prepared.choices
-            }
+        parsers = prepared.reply_parsers()
+        # Log probabilities of tokens whose text a parser still holds back, by choice.
+        held: dict[int, list[TokenLogprob]] = {}
         try:
             for choice in prepared.choices:
                 yield writer.role(choice.index)
@@ -178,28 +201,64 @@ class ChatCompletionsService(GenerationService):
                     if event.finish_reason is not None:
                         yield writer.finish(event.index, event.finish_reason)
                     continue
-                tool_events = parser.feed(event.text) if event.text else []
+                pieces = parser.feed(event.text, event.token_ids)
                 if event.finish_reason is not None:
-                    tool_events += parser.finish()
-                for chunk in _tool_chunks(writer, event.index, tool_events):
+                    pieces += parser.finish()
+                entries = event.logprobs
+                if prepared.logprobs is not None and (entries or event.index in held):
+                    entries = (*held.pop(event.index, ()), *entries)
+                    if not pieces and event.finish_reason is None:
+                        held[event.index] = list(entries)
+                        entries = ()
+                for chunk in _reply_chunks(writer, event.index, pieces, prepared, entries):
                     yield chunk
                 if event.finish_reason is not None:
                     yield writer.finish(event.index, finish_reason(event.finish_reason, parser.tool_calls))
             if prepared.include_usage:
-                yield writer.usage(prepared.prompt_tokens, prepared.completion_tokens, prepared.cached_tokens)
+                yield writer.usage(
+                    prepared.prompt_tokens,
+                    prepared.completion_tokens,
+                    prepared.cached_tokens,
+                    _reasoning_tokens(prepared, parsers),
+                )
         except Exception as exc:
             yield error_event(stream_failure(exc))
         yield DONE
 
 
-def _tool_chunks(writer: ChatChunkWriter, index: int, tool_events: list[ToolCallEvent]) -> list[bytes]:
+def _reasoning_tokens(prepared: PreparedRequest, parsers: dict[int, ReplyParser]) -> int | None:
+    """Usage's `completion_tokens_details.reasoning_tokens`: only for a model with a reasoning parser."""
+    if all(g.reasoning is None for g in prepared.generations):
+        return None
+    return sum(parser.reasoning_tokens for parser in parsers.values())
+
+
+def _reply_chunks(
+    writer: ChatChunkWriter,
+    index: int,
+    pieces: list[ReplyEvent],
+    prepared: PreparedRequest,
+    entries: Sequence[TokenLogprob],
+) -> list[bytes]:
+    """The chunks of one event's reply pieces; its tokens' log probabilities (when asked for) go
+    with the first text chunk, or alone in an empty content chunk when there is none."""
+    logprobs = None
+    if prepared.logprobs is not None and entries:
+        logprobs = chat_logprobs(prepared.runtime.tokenizer, entries)
     out = []
-    for item in tool_events:
+    for item in pieces:
         if isinstance(item, ContentDelta):
             if item.text:
-                out.append(writer.content(index, item.text))
+                out.append(writer.content(index, item.text, logprobs))
+                logprobs = None
+        elif isinstance(item, ReasoningDelta):
+            if item.text:
+                out.append(writer.reasoning(index, item.text, logprobs))
+                logprobs = None
         else:
             out.append(writer.tool_calls(index, [item.to_openai()]))
+    if logprobs is not None:
+        out.append(writer.content(index, "", logprobs))
     return out
 
 
@@ -232,6 +291,9 @@ def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
         ]
     if message.tool_call_id is not None:
         out["tool_call_id"] = message.tool_call_id
+    thought = message.reasoning_content if message.reasoning_content is not None else message.reasoning
+    if thought is not None and message.role == "assistant":
+        out["reasoning_content"] = thought
     return out
 
 

@@ -45,6 +45,17 @@ class ChatChunkWriter:
             self._content_tail,
         )
 
+    def reasoning(self, index: int, text: str, logprobs: dict[str, Any] | None = None) -> bytes:
+        """Thinking text, as `delta.reasoning_content` (vLLM's and SGLang's field)."""
+        # _chunk([{"index": index, "delta": {"reasoning_content": text}, "logprobs": logprobs, ...}])
+        return b'%b%d,"delta":{"reasoning_content":%b},"logprobs":%b%b' % (
+            self._head,
+            index,
+            orjson.dumps(text),
+            orjson.dumps(logprobs),
+            self._content_tail,
+        )
+
     def finish(self, index: int, reason: str) -> bytes:
         return self._chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}])
 
@@ -52,6 +63,12 @@ class ChatChunkWriter:
         delta = {"tool_calls": calls}
         return self._chunk([{"index": index, "delta": delta, "logprobs": None, "finish_reason": None}])
 
-    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None) -> bytes:
-        usage = usage_dict(prompt_tokens, completion_tokens, cached_tokens)
+    def usage(
+        self,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+    ) -> bytes:
+        usage = usage_dict(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens)
         return dump({**self._base, "choices": [], "usage": usage})

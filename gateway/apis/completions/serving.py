@@ -21,6 +21,7 @@ from gateway.core.generation import (
     build_generation,
     events,
     new_id,
+    reserve_quota,
     stream_failure,
 )
 from gateway.core.models import ModelRuntime
@@ -29,7 +30,12 @@ from gateway.errors import InvalidRequestError, UnsupportedParameterError
 
 class CompletionsService(GenerationService):
     async def prepare(
-        self, body: CompletionRequest, *, timeout_s: float | None = None, session: str | None = None
+        self,
+        body: CompletionRequest,
+        *,
+        timeout_s: float | None = None,
+        session: str | None = None,
+        priority: int = 0,
     ) -> tuple[PreparedRequest, list[str]]:
         """Everything that can fail before generation starts, so it fails with a proper status."""
         note_ignored_fields(ignored_fields(body, OPENAI_FIELDS, strict=self._limits.reject_unknown_fields))
@@ -72,11 +78,12 @@ class CompletionsService(GenerationService):
                     logit_bias=bias,
                     affinity=affinity,
                     stream=bool(body.stream),
+                    priority=priority,
                 )
             )
             echoes.append(text if body.echo else "")
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return PreparedRequest(
+        prepared = PreparedRequest(
             runtime,
             generations,
             response_id,
@@ -84,7 +91,9 @@ class CompletionsService(GenerationService):
             timeout_s=v.request_deadline(self._limits, timeout_s),
             client_deadline=v.client_chose_deadline(self._limits, timeout_s),
             logprobs=logprobs,
-        ), echoes
+        )
+        await reserve_quota(prepared)
+        return prepared, echoes
 
     async def create(self, prepared: PreparedRequest, echoes: list[str]) -> Completion:
         n = len(prepared.generations[0].choices)

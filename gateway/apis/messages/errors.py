@@ -40,7 +40,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (401, "authentication_error"),
         (404, "not_found_error"),
         (413, "request_too_large"),
-        (429, "rate_limit_error: too many requests in flight; see Retry-After"),
+        (429, "rate_limit_error: too many requests in flight, or the key's rate limit; see Retry-After"),
         (500, "api_error"),
         (504, "timeout_error"),
         (529, "overloaded_error: Triton unavailable"),

@@ -216,6 +216,20 @@ class MessageCreateRequest(MessageCountTokensRequest):
     top_k: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     # The engine's own knob, accepted here as on the OpenAI endpoints (benchmarks use it).
     ignore_eos: bool | None = None
+    # Anthropic's `service_tier`: `auto` (the API key's default priority) or `standard_only`
+    # (never the priority tier: no more urgent than the default, 0); other values are taken as
+    # `auto`, as agents send values this gateway cannot know yet. `priority` is vLLM's field,
+    # taken as on the OpenAI endpoints (lower is more urgent) and winning over `service_tier`.
+    service_tier: str | None = None
+    priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] | None = None
+
+    def admission_priority(self, default: int) -> int:
+        """Which requests go first when the gateway's admission queue is full."""
+        if self.priority is not None:
+            return self.priority
+        if self.service_tier == "standard_only":
+            return max(default, 0)
+        return default
 
 
 # ---------------------------------------------------------------- responses

@@ -16,6 +16,7 @@ from gateway.apis.messages.protocol import (
 )
 from gateway.apis.messages.serving import MessagesService
 from gateway.apis.messages.stream import ping_event
+from gateway.http.admission import admitted_priority
 from gateway.http.services import service
 from gateway.http.streaming import client_timeout, event_stream, until_disconnect
 
@@ -25,7 +26,9 @@ router = APIRouter(responses=ERROR_RESPONSES, route_class=AnthropicRoute, tags=[
 @router.post("/v1/messages", response_model=Message)
 async def create_message(body: MessageCreateRequest, request: Request) -> Any:
     messages = service(request, MessagesService)
-    prepared = await messages.prepare(body, timeout_s=client_timeout(request))
+    prepared = await messages.prepare(
+        body, timeout_s=client_timeout(request), priority=admitted_priority(request)
+    )
     if body.stream:
         return await event_stream(request, messages.stream(prepared), ping=ping_event)
     return await until_disconnect(request, messages.create(prepared))

@@ -26,13 +26,13 @@ from gateway.core.generation import (
     PreparedRequest,
     build_generation,
     events,
+    reserve_quota,
     stream_failure,
 )
 from gateway.core.models import ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
 from gateway.engine import SamplingParams
 from gateway.logs import current_request
-from gateway.text.reasoning import get_format
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 
@@ -80,7 +80,9 @@ class MessagesService(GenerationService):
         with tracing.span("tokenize", model=runtime.name):
             return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
 
-    async def prepare(self, body: MessageCreateRequest, *, timeout_s: float | None = None) -> PreparedMessage:
+    async def prepare(
+        self, body: MessageCreateRequest, *, timeout_s: float | None = None, priority: int = 0
+    ) -> PreparedMessage:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
         _note_ignored(body.model_extra)
@@ -110,6 +112,8 @@ class MessagesService(GenerationService):
             stops=stops,
             first_index=0,
             guide=plan.guide,
+            reasoning=True,
+            priority=priority,
         )
         prepared = PreparedRequest(
             runtime,
@@ -119,6 +123,7 @@ class MessagesService(GenerationService):
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
         )
+        await reserve_quota(prepared)
         display = getattr(body.thinking, "display", None)
         return PreparedMessage(prepared, show_thinking=display != "omitted")
 
@@ -155,20 +160,8 @@ class MessagesService(GenerationService):
     def _router(
         self, prepared: PreparedRequest, sink: MessageStreamWriter | MessageAssembler, *, show_thinking: bool
     ) -> ReplyRouter:
-        reasoning = None
-        fmt = get_format(prepared.runtime.config.reasoning_parser)
-        if fmt is not None:
-            # The template may have opened (or closed) the think block in the prompt.
-            prompt = prepared.generations[0].request.prompt_text
-            reasoning = fmt.parser(prompt=prompt, make_id=new_tool_use_id)
-        return ReplyRouter(
-            sink,
-            tool_format=prepared.tool_format,
-            tool_names=prepared.tool_names,
-            make_id=new_tool_use_id,
-            reasoning=reasoning,
-            show_thinking=show_thinking,
-        )
+        parser = prepared.reply_parsers(make_id=new_tool_use_id).get(0)
+        return ReplyRouter(sink, parser, show_thinking=show_thinking)
 
     async def create(self, message: PreparedMessage) -> Message:
         prepared = message.prepared
@@ -176,7 +169,7 @@ class MessagesService(GenerationService):
         reply = self._router(prepared, assembler, show_thinking=message.show_thinking)
         finish = "stop"
         async for event in events(prepared, self._metrics):
-            reply.text(event.text)
+            reply.text(event.text, event.token_ids)
             if event.finish_reason is not None:
                 finish = event.finish_reason
         reply.finish()
@@ -198,7 +191,7 @@ class MessagesService(GenerationService):
             yield writer.start(prepared.prompt_tokens)
             finish = "stop"
             async for event in events(prepared, self._metrics):
-                frames = reply.text(event.text) if event.text else b""
+                frames = reply.text(event.text, event.token_ids)
                 if event.finish_reason is not None:
                     finish = event.finish_reason
                 if frames:

@@ -15,7 +15,7 @@ rest are dumped with orjson.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Sequence
 from typing import Any, Final, Literal, Protocol
 
 import orjson
@@ -30,8 +30,9 @@ from gateway.apis.messages.protocol import (
     ToolUseBlock,
     Usage,
 )
-from gateway.text.reasoning import ReasoningDelta, ReasoningParser
-from gateway.text.tool_calls import ContentDelta, StreamingToolParser, ToolCallArguments, ToolCallStart
+from gateway.text.reasoning import ReasoningDelta
+from gateway.text.reply import ReplyEvent, ReplyParser
+from gateway.text.tool_calls import ContentDelta, ToolCallStart
 
 PING: Final = b'event: ping\ndata: {"type":"ping"}\n\n'
 
@@ -223,77 +224,41 @@ class MessageAssembler:
 
 
 class ReplyRouter:
-    """One reply's text into content blocks. The model's reasoning parser (when it has one) splits
-    off its thinking, which becomes `thinking` blocks (or nothing, when the client asked for
-    thinking to be omitted); the rest goes through the model's tool-call parser, whose calls become
-    `tool_use` blocks and the rest `text`. Whatever the sink returns (a writer's frames, an
-    assembler's nothing) is handed back."""
+    """One reply's text into content blocks, through the core's reply parser (the model's
+    reasoning parser, then its tool-call parser): thinking becomes `thinking` blocks (or nothing,
+    when the client asked for thinking to be omitted), calls `tool_use` blocks, the rest `text`.
+    Whatever the sink returns (a writer's frames, an assembler's nothing) is handed back."""
 
-    __slots__ = ("_parser", "_reasoning", "_show_thinking", "_sink")
+    __slots__ = ("_parser", "_show_thinking", "_sink")
 
-    def __init__(
-        self,
-        sink: ContentSink,
-        *,
-        tool_format: str,
-        tool_names: Collection[str],
-        make_id: Callable[[], str],
-        reasoning: ReasoningParser | None = None,
-        show_thinking: bool = True,
-    ) -> None:
+    def __init__(self, sink: ContentSink, parser: ReplyParser | None, *, show_thinking: bool = True) -> None:
         self._sink = sink
-        self._parser = (
-            StreamingToolParser(tool_format, tool_names=tool_names, make_id=make_id)
-            if tool_format != "none"
-            else None
-        )
-        self._reasoning = reasoning
+        self._parser = parser
         self._show_thinking = show_thinking
 
     @property
     def tool_calls(self) -> int:
-        calls = self._parser.tool_calls if self._parser is not None else 0
-        return calls + (self._reasoning.tool_calls if self._reasoning is not None else 0)
+        return self._parser.tool_calls if self._parser is not None else 0
 
     def thinking(self, text: str) -> bytes:
         return self._sink.thinking(text) if self._show_thinking else b""
 
-    def text(self, text: str) -> bytes:
-        if not text:
-            return b""
-        if self._reasoning is not None:
-            return self._split(self._reasoning.feed(text))
-        return self._answer(text)
+    def text(self, text: str, token_ids: Sequence[int] = ()) -> bytes:
+        if self._parser is None:
+            return self._sink.text(text) if text else b""
+        return self._route(self._parser.feed(text, token_ids))
 
     def finish(self) -> bytes:
         """The reply is complete: whatever the parsers still held back."""
-        out = self._split(self._reasoning.finish()) if self._reasoning is not None else b""
-        return out + (self._route(self._parser.finish()) if self._parser is not None else b"")
+        return self._route(self._parser.finish()) if self._parser is not None else b""
 
-    def _answer(self, text: str) -> bytes:
-        if self._parser is None:
-            return self._sink.text(text)
-        return self._route(self._parser.feed(text))
-
-    def _split(
-        self, events: list[ReasoningDelta | ContentDelta | ToolCallStart | ToolCallArguments]
-    ) -> bytes:
-        out = b""
-        for event in events:
-            if isinstance(event, ReasoningDelta):
-                out += self.thinking(event.text)
-            elif isinstance(event, ContentDelta):
-                out += self._answer(event.text)
-            else:
-                # gpt_oss: the reasoning parser finds the model's calls itself.
-                out += self._route([event])
-        return out
-
-    def _route(self, events: list[ContentDelta | ToolCallStart | ToolCallArguments]) -> bytes:
+    def _route(self, events: list[ReplyEvent]) -> bytes:
         out = b""
         for event in events:
             if isinstance(event, ContentDelta):
                 out += self._sink.text(event.text)
+            elif isinstance(event, ReasoningDelta):
+                out += self.thinking(event.text)
             elif isinstance(event, ToolCallStart):
                 out += self._sink.tool_use(event.id, event.name)
             else:

@@ -3,7 +3,7 @@ the error body. Each API's own models live in its folder."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,7 +45,6 @@ KNOWN_EXTENSION_FIELDS = frozenset(
         "guided_whitespace_pattern",
         "structured_outputs",
         "structural_tag",
-        "priority",
         "request_id",
         "return_tokens_as_token_ids",
         "return_token_ids",
@@ -86,7 +85,37 @@ class StreamOptions(BaseModel):
     include_usage: bool | None = None
 
 
-class GenerationFields(BaseModel):
+# OpenAI's service tiers as admission priorities (vLLM's convention: lower is more urgent; 0 is
+# the default). `auto` is "the project's setting": here, the API key's default priority.
+SERVICE_TIER_PRIORITY: dict[str, int] = {
+    "priority": -10,
+    "fast": -10,  # OpenAI answers a request for `fast` with `priority`
+    "ultrafast": -10,
+    "scale": -5,
+    "default": 0,
+    "flex": 10,
+}
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"]
+# vLLM's priority field: any integer; here bounded to 32 bits.
+Priority = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+
+
+class PriorityFields(BaseModel):
+    """Which requests go first when the gateway's admission queue is full: `priority` (vLLM's
+    field) wins over `service_tier` (OpenAI's), which wins over the API key's default."""
+
+    priority: Priority | None = None
+    service_tier: ServiceTier | None = None
+
+    def admission_priority(self, default: int) -> int:
+        if self.priority is not None:
+            return self.priority
+        if self.service_tier is None or self.service_tier == "auto":
+            return default
+        return SERVICE_TIER_PRIORITY[self.service_tier]
+
+
+class GenerationFields(PriorityFields):
     """Fields shared by completions and chat completions, plus the engine's own knobs."""
 
     # Unknown fields are accepted (clients send many) and named back (apis.openai.fields).
@@ -127,21 +156,39 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int
+
+
 class CompletionUsage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     # Only when the engine reports its KV cache reuse: absent, never a made-up zero.
     prompt_tokens_details: PromptTokensDetails | None = Field(default=None, exclude_if=lambda v: v is None)
+    # Only for a model with a reasoning parser (whose thinking is counted).
+    completion_tokens_details: CompletionTokensDetails | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int | None) -> CompletionUsage:
+    def of(
+        cls,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int | None,
+        reasoning_tokens: int | None = None,
+    ) -> CompletionUsage:
         details = None if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
+        completion = (
+            None if reasoning_tokens is None else CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
+        )
         return cls(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
             prompt_tokens_details=details,
+            completion_tokens_details=completion,
         )
 
 

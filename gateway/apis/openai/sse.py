@@ -33,7 +33,10 @@ def head(base: dict[str, Any]) -> bytes:
 
 
 def usage_dict(
-    prompt_tokens: int, completion_tokens: int, cached_tokens: int | None = None
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int | None = None,
+    reasoning_tokens: int | None = None,
 ) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
@@ -42,6 +45,8 @@ def usage_dict(
     }
     if cached_tokens is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return usage
 
 

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gateway.apis.openai.protocol import PriorityFields
+
 # ---------------------------------------------------------------- request
 
 
@@ -108,7 +110,7 @@ INPUT_TOKENS_FIELDS = frozenset(
 )
 
 
-class CreateResponseRequest(_Open):
+class CreateResponseRequest(PriorityFields, _Open):
     """POST /v1/responses. Python's JSON parser reads NaN and Infinity: no number may be either."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False, populate_by_name=True)
@@ -130,7 +132,6 @@ class CreateResponseRequest(_Open):
     safety_identifier: Annotated[str, Field(max_length=64)] | None = None
     prompt_cache_key: str | None = None
     client_metadata: dict[str, Any] | None = None
-    service_tier: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None

@@ -16,6 +16,7 @@ from gateway.apis.responses.protocol import (
     ResponseItemList,
 )
 from gateway.apis.responses.serving import ResponsesService
+from gateway.http.admission import admitted_priority
 from gateway.http.routing import JsonBodyRoute
 from gateway.http.services import service
 from gateway.http.streaming import client_timeout, event_stream, until_disconnect
@@ -31,7 +32,9 @@ def _service(request: Request) -> ResponsesService:
 @generation.post("/v1/responses", response_model=Response)
 async def create_response(body: CreateResponseRequest, request: Request) -> Any:
     service = _service(request)
-    prepared = await service.prepare(body, timeout_s=client_timeout(request))
+    prepared = await service.prepare(
+        body, timeout_s=client_timeout(request), priority=admitted_priority(request)
+    )
     if body.stream:
         return await event_stream(request, service.stream(prepared))
     return Response.model_validate(await until_disconnect(request, service.create(prepared)))

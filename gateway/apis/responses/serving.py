@@ -31,9 +31,16 @@ from gateway.apis.responses.sealing import ReasoningSealer, load_or_create_key, 
 from gateway.apis.responses.stream import ResponseBuilder, new_item_id
 from gateway.apis.responses.tools import ToolPlan, plan_tools, response_format
 from gateway.config import Settings
-from gateway.core.generation import GenerationService, PreparedRequest, build_generation, events
+from gateway.core.generation import (
+    GenerationService,
+    PreparedRequest,
+    build_generation,
+    events,
+    reserve_quota,
+)
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
+from gateway.core.reasoning import effort_template_kwargs
 from gateway.core.validation import (
     RequestLimits,
     prompt_budget,
@@ -52,8 +59,9 @@ from gateway.errors import (
 )
 from gateway.metrics import GatewayMetrics
 from gateway.store import ResponseStore, StoredResponse, StoreSettings, open_store
+from gateway.text.reasoning import ReasoningDelta
 from gateway.text.tokenizer import Tokenizer
-from gateway.text.tool_calls import ContentDelta, StreamingToolParser, ToolCallStart
+from gateway.text.tool_calls import ContentDelta, ToolCallStart
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +137,10 @@ class ResponsesService(GenerationService):
         settings: Settings,
     ) -> ResponsesService:
         store_settings = StoreSettings(
-            settings.state_dir, settings.response_store_max_age_s, settings.response_store_max_count
+            settings.state_dir,
+            settings.response_store_max_age_s,
+            settings.response_store_max_count,
+            settings.state_url,
         )
 
         def sealer() -> ReasoningSealer:
@@ -235,8 +246,8 @@ class ResponsesService(GenerationService):
         template_kwargs: dict[str, Any] = {}
         if plan.template_tools is not None:
             template_kwargs["tools"] = plan.template_tools
-        if body.reasoning is not None and body.reasoning.effort is not None:
-            template_kwargs["reasoning_effort"] = body.reasoning.effort
+        if body.reasoning is not None:
+            template_kwargs.update(effort_template_kwargs(body.reasoning.effort))
 
         def render(kept: Sequence[InputItem]) -> str:
             messages = it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
@@ -276,7 +287,7 @@ class ResponsesService(GenerationService):
         return _Prompt(runtime, text, ids, max_tokens, plan, tools, conversation)
 
     async def prepare(
-        self, body: CreateResponseRequest, *, timeout_s: float | None = None
+        self, body: CreateResponseRequest, *, timeout_s: float | None = None, priority: int = 0
     ) -> PreparedResponse:
         requested = body.max_output_tokens
         prompt = await self._prompt(body, requested)
@@ -319,6 +330,8 @@ class ResponsesService(GenerationService):
             first_index=0,
             guide=prompt.plan.guide,
             logprobs=logprobs,
+            reasoning=True,
+            priority=priority,
         )
         prepared = PreparedRequest(
             runtime,
@@ -329,6 +342,7 @@ class ResponsesService(GenerationService):
             tool_names=prompt.plan.tool_names,
             logprobs=logprobs,
         )
+        await reserve_quota(prepared)
         start = _start(body, response_id, prepared.created, runtime.name)
         return PreparedResponse(
             body,
@@ -358,13 +372,12 @@ class ResponsesService(GenerationService):
         generator, not nested ones: it runs once per token."""
         run = prepared.prepared
         tokenizer = run.runtime.tokenizer
-        parser = (
-            StreamingToolParser(run.tool_format, tool_names=run.tool_names)
-            if run.tool_format != "none"
-            else None
-        )
+        # The model's reasoning parser, then its tool-call parser (None: the reply is all text).
+        parser = run.reply_parsers().get(0)
         names = prepared.tools.names
         reason = "stop"
+        # Log probabilities of tokens whose text the parser still holds back.
+        held: tuple[TokenLogprob, ...] = ()
         if streaming:
             yield builder.start()
         try:
@@ -374,13 +387,23 @@ class ResponsesService(GenerationService):
                         entries = _logprobs(tokenizer, event.logprobs) if run.logprobs is not None else None
                         yield builder.text(event.text, entries)
                 else:
-                    pieces = parser.feed(event.text) if event.text else []
+                    pieces = parser.feed(event.text, event.token_ids)
                     if event.finish_reason is not None:
                         pieces += parser.finish()
+                    # An event's log probabilities go with its answer text; a thinking token's
+                    # have no place in an output_text part.
+                    tokens = (*held, *event.logprobs) if run.logprobs is not None else ()
+                    held = () if pieces else tokens
                     for piece in pieces:
                         if isinstance(piece, ContentDelta):
                             if piece.text:
-                                yield builder.text(piece.text)
+                                yield builder.text(
+                                    piece.text, _logprobs(tokenizer, tokens) if tokens else None
+                                )
+                                tokens = ()
+                        elif isinstance(piece, ReasoningDelta):
+                            if piece.text:
+                                yield builder.reasoning(piece.text)
                         elif isinstance(piece, ToolCallStart):
                             namespace, name = names.get(piece.name, (None, piece.name))
                             yield builder.function_call(piece.id, name, namespace)
@@ -393,7 +416,7 @@ class ResponsesService(GenerationService):
                 "input_tokens": prompt,
                 "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                 "output_tokens": completion,
-                "output_tokens_details": {"reasoning_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": parser.reasoning_tokens if parser else 0},
                 "total_tokens": prompt + completion,
             }
             incomplete = (

@@ -33,6 +33,10 @@ GUIDE_TYPES = ("json", "json_schema", "regex", "ebnf_grammar")
 _XGRAMMAR_ERROR_PREFIX = re.compile(r"^\s*\[[\d:]+\]\s+\S+:\d+:\s*")
 
 
+# TensorRT-LLM's executor::Request default priority.
+DEFAULT_PRIORITY = 0.5
+
+
 class EngineError(ValueError):
     """A request the engine cannot serve; it becomes an error response, never a crash."""
 
@@ -244,6 +248,8 @@ class RequestGroup:
     declared_outputs: frozenset[str]
     num_return_sequences: int = 1
     request_id: str = ""
+    # TensorRT-LLM's executor priority: 0.0 to 1.0, higher first, 0.5 by default.
+    priority: float = DEFAULT_PRIORITY
     arrival_ns: int = field(default_factory=time.time_ns)
     # Sequences not finished yet, and (non-streaming) sequences whose result is not sent yet.
     unfinished: int = 0
@@ -672,7 +678,12 @@ class Engine:
             self._check_request(prompt, params)
         group.unfinished = group.unsent_results = len(group.prompts) * group.num_return_sequences
         with self._lock:
-            self._pending.append(group)
+            # Waiting requests start by priority, first come first served within one (as the
+            # executor's scheduler orders its queue); behind every equal or higher one.
+            place = len(self._pending)
+            while place > 0 and self._pending[place - 1].priority < group.priority:
+                place -= 1
+            self._pending.insert(place, group)
             self._lock.notify_all()
 
     def stop_request(self, request_id: str) -> None:

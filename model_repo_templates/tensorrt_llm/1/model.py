@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from engine import (
+    DEFAULT_PRIORITY,
     CompiledGuide,
     Engine,
     EngineError,
@@ -427,6 +428,9 @@ class TritonPythonModel:
         )
         if self.synthetic and (options.return_context_logits or options.return_generation_logits):
             raise EngineError("logits are not available in synthetic mode (there is no model)")
+        priority = float(_scalar(request, "priority", 0, DEFAULT_PRIORITY))
+        if not 0.0 <= priority <= 1.0:
+            raise EngineError(f"priority must be between 0.0 and 1.0, got {priority}")
         num_return_sequences = int(_scalar(request, "num_return_sequences", 0, 1))
         if num_return_sequences < 1:
             raise EngineError(f"num_return_sequences must be >= 1, got {num_return_sequences}")
@@ -454,6 +458,7 @@ class TritonPythonModel:
             declared_outputs=self.outputs,
             num_return_sequences=num_return_sequences,
             request_id=request.request_id() or "",
+            priority=priority,
         )
 
     def _guide(

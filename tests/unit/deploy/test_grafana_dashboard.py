@@ -438,7 +438,15 @@ def test_rows_are_in_order_and_each_holds_panels() -> None:
     top = load_dashboard()["panels"]
     assert [p["gridPos"]["y"] for p in top] == sorted(p["gridPos"]["y"] for p in top)
     rows = [p["title"] for p in top if p["type"] == "row"]
-    assert rows == ["Traffic", "Latency", "Tokens", "Reliability", "Triton"]
+    assert rows == [
+        "Traffic",
+        "Latency",
+        "Tokens",
+        "Reliability",
+        "Triton",
+        "Admission by priority",
+        "Endpoints",
+    ]
     kinds = [p["type"] for p in top]
     assert kinds[0] == "row" and kinds[-1] != "row"
     assert all(not (a == b == "row") for a, b in itertools.pairwise(kinds)), "empty row"

@@ -34,7 +34,7 @@ BUILDS = {
     "scale-out": K8S / "overlays" / "scale-out",
 }
 # GPUs per Triton pod and engine-build pod, and Triton replicas, each build must end up with.
-EXPECTED = {"base": (1, 1), "single-gpu": (1, 1), "tp4": (4, 1), "scale-out": (1, 2)}
+EXPECTED = {"base": (1, 1), "single-gpu": (1, 1), "tp4": (4, 1), "scale-out": (1, 4)}
 KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 
 Doc = dict[str, Any]
@@ -303,7 +303,7 @@ def test_images_are_tagged_and_name_no_registry(name: str) -> None:
         for pod in pod_specs(doc):
             for c in pod.get("initContainers", []) + pod["containers"]:
                 repository, _, tag = c["image"].rpartition(":")
-                assert repository in ("trtllm-gateway-triton", "trtllm-gateway"), c["image"]
+                assert repository in ("trtllm-gateway-triton", "trtllm-gateway", "valkey/valkey"), c["image"]
                 assert re.fullmatch(r"[\w.-]+", tag), c["image"]
 
 
@@ -472,3 +472,37 @@ def test_pods_get_time_to_drain_before_sigkill() -> None:
     assert gateway["terminationGracePeriodSeconds"] > sleep + drain
     triton = one(docs, "StatefulSet", "triton")["spec"]["template"]["spec"]
     assert triton["terminationGracePeriodSeconds"] >= 30 + 60  # exit timeout + launch_triton's stop timeout
+
+
+def test_scale_out_routes_by_prefix_and_shares_state_through_its_own_server() -> None:
+    docs = BUILT["scale-out"]
+    gateways = one(docs, "Deployment", "gateway")
+    assert gateways["spec"]["replicas"] >= 2 and one(docs, "StatefulSet", "triton")["spec"]["replicas"] >= 2
+    config_volume = mounted_volume(gateways, "gateway", "/etc/gateway")
+    data = one(docs, "ConfigMap", config_volume["configMap"]["name"])["data"]
+    settings = Settings.model_validate(yaml.safe_load(data["config.yaml"]))
+    assert settings.routing_policy == "prefix"
+    # Stored responses follow the state server unless a store is chosen.
+    assert settings.state_url is not None and settings.response_store == "redis"
+    match = re.fullmatch(r"redis://([a-z0-9-]+):(\d+)/\d+", settings.state_url)
+    assert match, settings.state_url
+    service = one(docs, "Service", match.group(1))
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == int(match.group(2))]
+    (server,) = [
+        d
+        for d in docs
+        if d["kind"] == "Deployment"
+        and service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()
+    ]
+    assert server["spec"]["replicas"] == 1 and server["spec"]["strategy"]["type"] == "Recreate"
+    valkey = container(server, "valkey")
+    assert {p["name"]: p["containerPort"] for p in valkey["ports"]}[port["targetPort"]] == int(match.group(2))
+    # Its data on its own volume, written as an append-only file.
+    assert valkey["args"][0] == "valkey-server" and "--appendonly" in valkey["args"]
+    data_dir = valkey["args"][valkey["args"].index("--dir") + 1]
+    claim = mounted_volume(server, "valkey", data_dir)["persistentVolumeClaim"]["claimName"]
+    assert one(docs, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert valkey["securityContext"]["readOnlyRootFilesystem"] is True
+    assert server["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    # Only the scale-out overlay has one.
+    assert all(d["metadata"]["name"] != "valkey" for d in BUILT["single-gpu"])

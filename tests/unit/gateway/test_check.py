@@ -66,3 +66,19 @@ def test_prefix_routing_makes_the_core_tokenize_before_sending() -> None:
     adapter = TritonAdapter(SimpleNamespace(policy=make_policy("prefix")), "ensemble")  # type: ignore[arg-type]
     adapter._contract = contract
     assert adapter.info.needs_prompt_ids
+
+
+def test_a_gpt_oss_model_on_a_route_that_returns_text_is_not_servable(tiny_bpe_dir: Path) -> None:
+    import dataclasses
+
+    tokenizer = Tokenizer(tiny_bpe_dir)
+    ids = contract_of(CURRENT).with_decoupled(True).capabilities()
+    text_only = dataclasses.replace(ids, exposes_token_ids=False, route="ensemble")
+    gpt_oss = ServedModel(name="g", tokenizer=tiny_bpe_dir, reasoning_parser="gpt_oss")
+    assert report(gpt_oss, ids, None, tokenizer).status == "ready"
+    row = report(gpt_oss, text_only, None, tokenizer)
+    assert row.status.startswith("not servable: reasoning_parser gpt_oss needs token ids")
+    assert "route=engine" in row.status
+    # The think formats' markers survive a text route: those models are served there.
+    qwen3 = ServedModel(name="q", tokenizer=tiny_bpe_dir, reasoning_parser="qwen3")
+    assert report(qwen3, text_only, None, tokenizer).status == "ready"

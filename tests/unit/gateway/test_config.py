@@ -106,3 +106,72 @@ def test_triton_http_urls_pair_with_the_grpc_urls(monkeypatch: pytest.MonkeyPatc
 def test_a_triton_http_url_needs_a_scheme_host_and_port(url: str) -> None:
     with pytest.raises(ValueError, match="http://HOST:PORT"):
         Settings(triton_http_url=[url])
+
+
+def test_a_state_url_keeps_stored_responses_there_unless_a_store_is_chosen(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert Settings().response_store == "sqlite"
+    assert Settings(state_url="redis://valkey:6379/0").response_store == "redis"
+    assert Settings(state_url="redis://valkey:6379/0", response_store="memory").response_store == "memory"
+    # A config file's choice wins over the state server's default when the URL comes from a flag.
+    config = tmp_path / "gateway.yaml"
+    config.write_text("response_store: sqlite\n")
+    loaded = Settings.load(config_file=config, state_url="rediss://user:pw@valkey:6380/2")
+    assert loaded.response_store == "sqlite"
+    with pytest.raises(ValueError, match="response_store redis needs state_url"):
+        Settings(response_store="redis")
+    for bad in ("valkey:6379", "http://valkey:6379"):
+        with pytest.raises(ValueError, match="redis://HOST:PORT/DB"):
+            Settings(state_url=bad)
+
+
+def test_key_rate_limits_come_from_flags_the_environment_and_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--api-keys",
+            "k1",
+            "--api-keys",
+            "k2",
+            "--key-rate-limit",
+            "key=k1,rpm=5",
+            "--key-rate-limit",
+            "key=k2,tpm=9",
+        ]
+    )
+    s = settings_from_args(args)
+    assert [(k.key, k.rpm, k.tpm) for k in s.key_rate_limits] == [("k1", 5, None), ("k2", None, 9)]
+    monkeypatch.setenv("GATEWAY_API_KEYS", "k1,k2")
+    monkeypatch.setenv("GATEWAY_KEY_RATE_LIMITS", "key=k1,rpm=5; key=k2,rpm=7,tpm=100")
+    assert [(k.key, k.rpm, k.tpm) for k in Settings().key_rate_limits] == [("k1", 5, None), ("k2", 7, 100)]
+    monkeypatch.delenv("GATEWAY_KEY_RATE_LIMITS")
+    config = tmp_path / "gateway.yaml"
+    config.write_text("key_rate_limits:\n  - key=k1,rpm=5\n  - {key: k2, tpm: 50}\n")
+    loaded = Settings.load(config_file=config)
+    assert [(k.key, k.rpm, k.tpm) for k in loaded.key_rate_limits] == [("k1", 5, None), ("k2", None, 50)]
+
+
+def test_key_rate_limits_name_an_accepted_key_and_positive_limits() -> None:
+    with pytest.raises(ValueError, match="not one of the accepted API keys"):
+        Settings(api_keys=["k1"], key_rate_limits=["key=other,rpm=5"])
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        Settings(api_keys=["k1"], key_rate_limits=["key=k1,rpm=0"])
+    with pytest.raises(ValueError, match="Extra inputs"):
+        Settings(api_keys=["k1"], key_rate_limits=["key=k1,rps=5"])
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        Settings(rate_limit_rpm=0)
+
+
+def test_the_key_file_gives_keys_their_own_limits_and_the_setting_wins(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("k1 rpm=5 tpm=100\nk2 priority=0 tpm=7\nk3\n")
+    s = Settings(api_key_file=keys, key_rate_limits=["key=k2,rpm=9"])
+    assert {k: (v.rpm, v.tpm) for k, v in s.key_limits().items()} == {"k1": (5, 100), "k2": (9, None)}
+    assert s.key_priorities() == {"k2": 0}
+    for line, message in (("k1 rpm=0", "rpm must be at least 1"), ("k1 rpm=x", "rpm must be an integer")):
+        keys.write_text(line + "\n")
+        with pytest.raises(ValueError, match=message):
+            Settings(api_key_file=keys)

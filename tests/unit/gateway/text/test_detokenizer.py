@@ -215,3 +215,27 @@ def test_the_byte_table_and_the_window_agree_on_real_text(tiny_bpe_dir: Path, te
     prompt = tok.encode("Say something:")
     ids = tok.encode(" " + text, add_special_tokens=False)
     assert stream_table(tok, ids, list(range(1, len(ids)))) == stream_ids(tok, prompt, ids, [])
+
+
+@pytest.mark.parametrize("kind", ["agent", "metaspace"])
+def test_decoding_with_special_tokens_kept_gives_the_markers_as_the_tokenizer_does(kind: str) -> None:
+    from deploy.tiny_model import build_tiny_model
+
+    tok = tokenizer_for(build_tiny_model(kind))
+    text = (
+        "<|eot|>Hello <|im_start|>world 你好"
+        if kind == "metaspace"
+        else (
+            "<|channel|>analysis<|message|>Hmm, 你好 🙂<|end|><|start|>assistant<|channel|>final<|message|>Hi"
+        )
+    )
+    ids = tok.encode(text, add_special_tokens=False)
+    decoder = ids_decoder(tok, skip_special_tokens=False)
+    streamed = "".join(decoder.push_ids([i]) for i in ids) + decoder.flush()
+    assert streamed == tok.decode(ids, skip_special_tokens=False)
+    assert ("<|channel|>" if kind == "agent" else "<|im_start|>") in streamed
+    if kind == "agent":
+        # The byte table (with the special tokens' text in it) decodes it, not the window.
+        assert isinstance(decoder, ByteTableDecoder)
+    plain = ids_decoder(tok)
+    assert "".join(plain.push_ids([i]) for i in ids) + plain.flush() == tok.decode(ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import EngineUnavailableError
+from gateway.metrics import GatewayMetrics
 from gateway.triton.pool import TritonPool
 
 
@@ -43,3 +44,22 @@ async def test_when_all_are_backing_off_the_first_to_return_is_tried(pool: Trito
 async def test_running_out_of_endpoints_is_unavailable(pool: TritonPool) -> None:
     with pytest.raises(EngineUnavailableError):
         pool.pick(exclude=pool.endpoints)
+
+
+async def test_each_endpoint_reports_requests_sent_and_in_flight_to_its_metrics() -> None:
+    metrics = GatewayMetrics()
+    pool = TritonPool(["a:1", "b:2"], timeout_s=1.0, series=metrics.endpoint)
+    try:
+        a, b = pool.endpoints
+        a.begin()
+        a.begin()
+        b.begin()
+        a.end()
+        sample = metrics.registry.get_sample_value
+        assert sample("gateway_triton_endpoint_requests_total", {"endpoint": "a:1"}) == 2
+        assert sample("gateway_triton_endpoint_requests_total", {"endpoint": "b:2"}) == 1
+        assert sample("gateway_triton_endpoint_in_flight", {"endpoint": "a:1"}) == 1
+        assert sample("gateway_triton_endpoint_in_flight", {"endpoint": "b:2"}) == 1
+        assert (a.outstanding, b.outstanding) == (1, 1)
+    finally:
+        await pool.close()

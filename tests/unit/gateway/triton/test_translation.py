@@ -414,3 +414,41 @@ def test_reused_blocks_are_read_from_a_response() -> None:
         )
     )
     assert parsed.kv_cache_reused_blocks == 5
+
+
+def _with_priority(dtype: str) -> str:
+    return ENGINE.replace(
+        '{ name: "seed" data_type: TYPE_UINT64 dims: [ 1 ] optional: true }',
+        '{ name: "seed" data_type: TYPE_UINT64 dims: [ 1 ] optional: true },\n'
+        f'  {{ name: "priority" data_type: {dtype} dims: [ 1 ] optional: true }}',
+    )
+
+
+def test_the_priority_is_sent_in_the_executors_terms_only_where_the_model_declares_it_as_fp32() -> None:
+    from dataclasses import replace
+
+    req = GenerationRequest("r", "unused", (5, 6), SamplingParams(max_tokens=4), end_id=2)
+    assert "priority" not in tensor_values(
+        build(contract_of(ENGINE, "engine"), req, seed=None, num_sequences=1, stream=True)
+    )
+    # An input of another type is not TensorRT-LLM's float priority: nothing is guessed.
+    other = contract_of(_with_priority("TYPE_INT32"), "engine")
+    assert not other.priority
+    assert "priority" not in tensor_values(build(other, req, seed=None, num_sequences=1, stream=True))
+    declared = contract_of(_with_priority("TYPE_FP32"), "engine")
+    assert declared.priority
+    for priority, expected in ((0, 0.5), (-10, 0.75), (10, 0.25)):
+        values = tensor_values(
+            build(declared, replace(req, priority=priority), seed=None, num_sequences=1, stream=True)
+        )
+        assert values["priority"] == ("FP32", [1, 1], [pytest.approx(expected)])
+
+
+def test_engine_priorities_keep_the_order_and_stay_within_the_executors_range() -> None:
+    from gateway.triton.tensors import engine_priority
+
+    priorities = [-(2**31), -1000, -11, -10, -1, 0, 1, 10, 11, 1000, 2**31 - 1]
+    mapped = [engine_priority(p) for p in priorities]
+    assert mapped == sorted(mapped, reverse=True)
+    assert len(set(mapped)) == len(mapped)
+    assert all(0.0 <= m <= 1.0 for m in mapped)

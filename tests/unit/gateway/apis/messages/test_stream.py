@@ -28,6 +28,9 @@ from gateway.apis.messages.stream import (
     stop_reason,
 )
 from gateway.errors import EngineError
+from gateway.text.reasoning import ReasoningParser
+from gateway.text.reply import ReplyParser
+from gateway.text.tool_calls import StreamingToolParser
 
 EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 
@@ -65,6 +68,15 @@ def ids() -> Callable[[], str]:
     return lambda: f"toolu_{next(counter)}"
 
 
+def reply_parser(
+    tool_format: str, *, make_id: Callable[[], str], reasoning: ReasoningParser | None = None
+) -> ReplyParser:
+    tools = None
+    if tool_format != "none":
+        tools = StreamingToolParser(tool_format, tool_names={"get_weather"}, make_id=make_id)
+    return ReplyParser(reasoning=reasoning, tools=tools)
+
+
 def run(
     pieces: list[tuple[str, str]],
     *,
@@ -75,10 +87,7 @@ def run(
     """Feed the same reply to a writer and an assembler; return the stream and the whole message."""
     writer = MessageStreamWriter("msg_1", "tiny")
     assembler = MessageAssembler()
-    routers = [
-        ReplyRouter(sink, tool_format=tool_format, tool_names={"get_weather"}, make_id=ids())
-        for sink in (writer, assembler)
-    ]
+    routers = [ReplyRouter(sink, reply_parser(tool_format, make_id=ids())) for sink in (writer, assembler)]
     out = writer.start(7)
     for kind, text in pieces:
         out += routers[0].thinking(text) if kind == "thinking" else routers[0].text(text)
@@ -278,10 +287,7 @@ def run_reasoning(
     routers = [
         ReplyRouter(
             sink,
-            tool_format="hermes",
-            tool_names={"get_weather"},
-            make_id=ids(),
-            reasoning=get_format(fmt).parser(prompt=prompt),
+            reply_parser("hermes", make_id=ids(), reasoning=get_format(fmt).parser(prompt=prompt)),
             show_thinking=show,
         )
         for sink in (writer, assembler)

@@ -1,0 +1,144 @@
+"""One reply's text split into the model's thinking, its answer and its tool calls, streamed or
+whole: the model's reasoning parser first, then its tool-call parser on the answer. Every API that
+parses replies (chat completions, Responses, Messages) runs this one chain. Pure: no tokenizer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gateway.text.reasoning import ReasoningDelta, ReasoningEvent, ReasoningParser
+from gateway.text.tool_calls import (
+    ContentDelta,
+    StreamingToolParser,
+    ToolCall,
+    ToolCallArguments,
+    ToolCallStart,
+)
+
+# What a reply parser reports: thinking, answer text, and the calls the model made.
+ReplyEvent = ReasoningEvent
+
+
+class ReplyParser:
+    """Decoded text (and the ids it came from) in, reply events out, for one choice.
+
+    The reasoning parser (when the model has one) splits off the thinking; what it leaves as the
+    answer goes through the tool-call parser (when the request can call tools). A gpt_oss model's
+    calls come from its reasoning parser itself and pass straight through.
+
+    `count_text`, for a reply decoded from text with no ids (an ensemble that returns text), counts
+    the thinking's tokens by encoding it: the ids are the exact count, this is the tokenizer's.
+    """
+
+    __slots__ = ("_count_text", "_reasoning", "_seen_ids", "_thinking", "_tools")
+
+    def __init__(
+        self,
+        *,
+        reasoning: ReasoningParser | None = None,
+        tools: StreamingToolParser | None = None,
+        count_text: Callable[[str], int] | None = None,
+    ) -> None:
+        self._reasoning = reasoning
+        self._tools = tools
+        self._count_text = count_text if reasoning is not None else None
+        self._seen_ids = False
+        self._thinking: list[str] = []
+
+    @property
+    def tool_calls(self) -> int:
+        """How many calls have been announced so far."""
+        calls = self._tools.tool_calls if self._tools is not None else 0
+        return calls + (self._reasoning.tool_calls if self._reasoning is not None else 0)
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """Output tokens spent thinking (usage's `reasoning_tokens`); exact once `finish` was called."""
+        if self._reasoning is None:
+            return 0
+        if self._seen_ids or self._count_text is None:
+            return self._reasoning.reasoning_tokens
+        return self._count_text("".join(self._thinking)) if self._thinking else 0
+
+    def feed(self, text: str, token_ids: Sequence[int] = ()) -> list[ReplyEvent]:
+        if token_ids:
+            self._seen_ids = True
+        if self._reasoning is None:
+            return self._answer(text) if text else []
+        if not text and not token_ids:
+            return []
+        return self._split(self._reasoning.feed(text, token_ids))
+
+    def finish(self) -> list[ReplyEvent]:
+        """The reply is complete (or was cut): whatever the parsers still held back."""
+        out = self._split(self._reasoning.finish()) if self._reasoning is not None else []
+        if self._tools is not None:
+            out += self._tools.finish()
+        return out
+
+    def _answer(self, text: str) -> list[ReplyEvent]:
+        if self._tools is None:
+            return [ContentDelta(text)]
+        return list(self._tools.feed(text))
+
+    def _split(self, events: list[ReasoningEvent]) -> list[ReplyEvent]:
+        if self._tools is None and self._count_text is None:
+            return events
+        out: list[ReplyEvent] = []
+        for event in events:
+            if isinstance(event, ContentDelta):
+                out += self._answer(event.text)
+            else:
+                if isinstance(event, ReasoningDelta) and self._count_text is not None:
+                    self._thinking.append(event.text)
+                out.append(event)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedReply:
+    """A whole reply, split."""
+
+    # None when the model did not think (or its thinking was empty).
+    reasoning: str | None
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+
+
+class ReplyCollector:
+    """Reply events gathered into a `ParsedReply` (the non-streamed answer of the same parser)."""
+
+    __slots__ = ("_arguments", "_content", "_names", "_reasoning")
+
+    def __init__(self) -> None:
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
+        self._names: dict[int, tuple[str, str]] = {}
+        self._arguments: dict[int, list[str]] = {}
+
+    def add(self, events: Sequence[ReplyEvent]) -> None:
+        for event in events:
+            if isinstance(event, ContentDelta):
+                self._content.append(event.text)
+            elif isinstance(event, ReasoningDelta):
+                self._reasoning.append(event.text)
+            elif isinstance(event, ToolCallStart):
+                self._names[event.index] = (event.id, event.name)
+            elif isinstance(event, ToolCallArguments):
+                self._arguments.setdefault(event.index, []).append(event.arguments)
+
+    def reply(self) -> ParsedReply:
+        calls = tuple(
+            ToolCall(call_id, name, "".join(self._arguments.get(index, ())))
+            for index, (call_id, name) in sorted(self._names.items())
+        )
+        return ParsedReply("".join(self._reasoning) or None, "".join(self._content), calls)
+
+
+def parse_reply(parser: ReplyParser, text: str, token_ids: Sequence[int] = ()) -> ParsedReply:
+    """A complete reply through `parser` at once."""
+    collector = ReplyCollector()
+    collector.add(parser.feed(text, token_ids))
+    collector.add(parser.finish())
+    return collector.reply()

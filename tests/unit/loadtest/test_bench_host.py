@@ -1,0 +1,91 @@
+"""make bench-host's arithmetic: cells into rows (medians over rounds), what bound each cell, the verdicts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loadtest import bench_host
+from loadtest.bench_host import Cell, HostConfig, HostStack, classify, config_from_args, rows, verdicts
+from loadtest.metrics import RequestRecord, summarize
+
+CFG = HostConfig(workers=(1, 8), concurrencies=(64,), apis=("completions",), step_ms=5.0)
+
+
+def _cell(
+    workers: int, tokens_per_s: float, cpu_s: float, cores: tuple[float, ...], tpot_ms: float, r: int = 1
+):
+    # 100 requests of 64 tokens evenly spaced by tpot_ms, over a window that gives tokens_per_s.
+    tokens = 6400
+    window = tokens / tokens_per_s
+    gap = tpot_ms / 1000
+    records = [
+        RequestRecord(
+            start=0.0,
+            end=0.01 + 63 * gap,
+            chunk_times=tuple(0.01 + i * gap for i in range(64)),
+            output_tokens=64,
+        )
+        for _ in range(100)
+    ]
+    summary = summarize(records, label="x", mode="concurrency", load=64, duration_s=window)
+    return Cell(
+        workers, "completions", 64, r, summary, window, cpu_s, tuple(c * window for c in cores), 1.0, 1.0
+    )
+
+
+def test_cells_are_gateway_bound_engine_paced_or_triton_bound() -> None:
+    assert classify({"cores_per_worker_max": 0.95, "tpot_p50_ms": 20.0}, CFG) == "gateway-bound"
+    assert classify({"cores_per_worker_max": 0.5, "tpot_p50_ms": 6.1}, CFG) == "Triton-bound"
+    assert classify({"cores_per_worker_max": 0.5, "tpot_p50_ms": 6.0}, CFG) == "engine-paced"
+    assert classify({"cores_per_worker_max": math.nan, "tpot_p50_ms": 5.0}, CFG) == "engine-paced"
+
+
+def test_rows_take_medians_over_rounds_and_ratios_against_the_fewest_workers() -> None:
+    cells = [
+        _cell(1, 8000, 1.2, (1.5,), 7.0, r=1),
+        _cell(1, 8000, 1.6, (1.5,), 7.0, r=2),
+        _cell(1, 8000, 1.4, (1.5,), 7.0, r=3),
+        _cell(8, 12000, 1.68, (0.3, 0.4, 0.5, 0.6, 0.3, 0.4, 0.5, 0.6), 5.0),
+    ]
+    table = rows(cells, CFG)
+    one, eight = table
+    assert one["rounds"] == 3 and one["workers"] == 1
+    assert one["gateway_cpu_ms_per_token"] == pytest.approx(1.4 * 1000 / 6400)
+    assert eight["cpu_vs_1"] == pytest.approx(1.2)
+    assert eight["vs_linear"] == pytest.approx(12000 / (8000 * 8), rel=1e-3)
+    assert eight["cores_per_worker_min"] == pytest.approx(0.3) and eight[
+        "cores_per_worker_max"
+    ] == pytest.approx(0.6)
+    assert eight["evenness"] == pytest.approx(0.5)
+    assert one["bound"] == "gateway-bound" and eight["bound"] == "engine-paced"
+    lines = verdicts(table, CFG)
+    assert len(lines) == 1 and "(1.20x; target <= 1.20x: met)" in lines[0]
+    assert "0.83x of 1's" in lines[0] and "target >= 0.8x: met" in lines[0]
+
+
+def test_a_triton_bound_cell_is_not_counted() -> None:
+    cells = [_cell(1, 8000, 1.4, (1.5,), 7.0), _cell(8, 12000, 2.0, (0.3,) * 8, 9.0)]
+    table = rows(cells, CFG)
+    assert table[1]["triton_bound"]
+    assert verdicts(table, CFG) == ["- completions c=64: not counted (1 or 8 workers Triton-bound or failed)"]
+    assert "Triton-bound" in bench_host.markdown_table(table, CFG)
+
+
+def test_the_gateway_gets_every_triton_the_engine_route_and_extra_flags() -> None:
+    stack = HostStack(grpc_urls=("127.0.0.1:1", "127.0.0.1:2"), tokenizer_dir="/t", triton_pids=())
+    cmd = bench_host.gateway_command(9000, stack, 8, ("--worker-sockets", "shared"))
+    assert cmd[cmd.index("--triton-url") + 1] == "127.0.0.1:1" and cmd.count("--triton-url") == 2
+    assert "route=engine,engine_model=tensorrt_llm" in cmd[cmd.index("--model") + 1]
+    assert cmd[-4:] == ["--workers", "8", "--worker-sockets", "shared"]
+    assert "--workers" not in bench_host.gateway_command(9000, stack, 1)
+
+
+def test_the_small_variant_and_flags() -> None:
+    args = bench_host.build_parser().parse_args(["--small", "--workers", "2,1", "--gateway-arg", "--a b"])
+    cfg = config_from_args(args)
+    assert cfg.workers == (1, 2) and cfg.concurrencies == HostConfig.small().concurrencies
+    assert cfg.gateway_extra_args == ("--a", "b")
+    with pytest.raises(SystemExit):
+        config_from_args(bench_host.build_parser().parse_args(["--apis", "nope"]))
