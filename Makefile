@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench bench-host host-bundle soak claude-code codex clean
+.PHONY: install run test lint typecheck check bench bench-routing bench-host host-bundle soak claude-code codex clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ check: lint typecheck
 # ~16 min: 3 rounds, each level measured on every target back to back; cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
 bench: install
 	$(PY) -m loadtest.bench $(BENCH_ARGS)
+
+# ~11 min: four synthetic CPU Tritons, round_robin / least_outstanding / prefix on shared-prefix,
+# no-sharing and skewed workloads, rounds interleaved. BENCH_ARGS="--quick" (1 short round), "--rounds 5", ...
+bench-routing: install
+	$(PY) -m loadtest.bench_routing $(BENCH_ARGS)
 
 # Gateway scaling over workers 1,2,4,8 x concurrency 64,256 x the APIs, against enough synthetic engine
 # instances that Triton is not the ceiling (loadtest/bench_host.py); for a many-core host.

@@ -91,6 +91,7 @@ class TritonEngines:
             index_blocks=settings.routing_index_blocks,
             ttl_s=settings.routing_ttl_s,
             load_margin=settings.routing_load_margin,
+            load_factor=settings.routing_load_factor,
         )
         self.pool = TritonPool(
             settings.triton_url,

@@ -235,10 +235,16 @@ class Settings(BaseSettings):
         default=600.0, gt=0, description="prefix routing: how long a block hash or affinity is remembered."
     )
     routing_load_margin: int = Field(
-        default=8,
+        default=4,
         ge=0,
-        description="prefix routing: in-flight requests by which the best-matching endpoint may exceed "
-        "the least loaded before the least loaded gets the request.",
+        description="prefix routing: in-flight requests by which the best-matching endpoint may always "
+        "exceed the least loaded; beyond them, --routing-load-factor decides.",
+    )
+    routing_load_factor: float = Field(
+        default=1.5,
+        ge=1.0,
+        description="prefix routing: the best-matching endpoint gives way to the least loaded when, "
+        "beyond --routing-load-margin, it would have more than this times the mean requests in flight.",
     )
     triton_connect_timeout_s: float = Field(
         default=10.0, gt=0, description="Deadline for Triton metadata calls (config, readiness)."

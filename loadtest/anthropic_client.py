@@ -14,6 +14,16 @@ from loadtest.target import detail, error_kind, http_session, server_message
 from loadtest.workload import Prompt, Workload
 
 
+def whole_prompt(usage: dict[str, Any], default: int | None) -> int | None:
+    """The prompt's tokens from Anthropic's usage, which counts cache reads and writes apart from
+    `input_tokens`."""
+    if "input_tokens" not in usage:
+        return default
+    return int(usage["input_tokens"]) + sum(
+        int(usage.get(k) or 0) for k in ("cache_read_input_tokens", "cache_creation_input_tokens")
+    )
+
+
 class AnthropicTarget:
     """Sends the workload to a server speaking Anthropic's Messages API (the gateway's /v1/messages)."""
 
@@ -90,7 +100,7 @@ class AnthropicTarget:
                                 times.append(now)
                             elif kind == "message_start":
                                 usage = loads(event.data)["message"]["usage"]
-                                prompt_tokens = usage.get("input_tokens", prompt_tokens)
+                                prompt_tokens = whole_prompt(usage, prompt_tokens)
                             elif kind == "message_delta":
                                 output_tokens = loads(event.data)["usage"]["output_tokens"]
                             elif kind == "message_stop":
@@ -104,7 +114,7 @@ class AnthropicTarget:
                     times.append(time.perf_counter())
                     usage = obj.get("usage") or {}
                     output_tokens = usage.get("output_tokens")
-                    prompt_tokens = usage.get("input_tokens", prompt_tokens)
+                    prompt_tokens = whole_prompt(usage, prompt_tokens)
         except Exception as exc:  # every failure is a counted error, never an aborted run
             error, error_msg = error_kind(exc), detail(repr(exc))
         end = time.perf_counter()

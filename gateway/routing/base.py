@@ -38,9 +38,13 @@ class RoutingSettings:
     # Per endpoint: block hashes remembered at most, and for how long.
     index_blocks: int = 65536
     ttl_s: float = 600.0
-    # Prefix routing gives way to the least loaded endpoint when its choice has this many more
-    # requests in flight than the least loaded one.
-    load_margin: int = 8
+    # Prefix routing gives way to the least loaded endpoint when its choice has more than
+    # `load_margin` requests in flight beyond the least loaded one and, with the request, more than
+    # `load_factor` times the mean. The margin alone does not scale: 8 let one endpoint take 1.6-2x
+    # the mean requests at 24 in flight (make bench-routing, skewed); a factor of 1.25 gave way so
+    # often that the shared-prefix workload lost most of its cache hits.
+    load_margin: int = 4
+    load_factor: float = 1.5
     # Affinity keys remembered at most.
     affinity_keys: int = 65536
 

@@ -5,7 +5,8 @@ The prompt's token ids are cut into blocks of the engine's block size and hashed
 i's hash covers blocks 0..i, as TensorRT-LLM and vLLM key reusable blocks), so a match of k hashes
 is a shared prefix of k whole blocks. Each endpoint has a bounded index of the hashes sent there
 (least recently used out first, forgotten after a TTL: the engine evicts too). A load guard gives
-way to the least loaded endpoint when the best match is busier by more than a margin, and an
+way to the least loaded endpoint when the best match is busier than it by more than a margin and
+busier than the mean by a factor (a popular prefix then spreads over several endpoints), and an
 affinity key (prompt_cache_key, session, user) keeps a conversation where it started unless another
 endpoint holds more of its prompt.
 """
@@ -100,12 +101,23 @@ class PrefixAware:
         if pinned is not None and matches[endpoints.index(pinned)] == best:
             chosen = pinned
         lightest = least_loaded(endpoints)
-        if chosen.outstanding - lightest.outstanding > self._settings.load_margin:
+        if self._overloaded(chosen, lightest, endpoints):
             chosen = lightest
         self.index(chosen.url).add(hashes)
         if request.affinity is not None:
             self._remember(request.affinity, chosen.url)
         return chosen
+
+    def _overloaded(self, chosen: E, lightest: E, endpoints: Sequence[E]) -> bool:
+        """Whether the best match is too busy to wait on: more than `load_margin` requests beyond
+        the least loaded endpoint (below that a cache hit is worth the wait) and, counting this
+        request, above `load_factor` times the mean load (so one hot prefix cannot take every
+        request; the least loaded endpoint that gets it instead then holds it too, and the two
+        share it from then on)."""
+        if chosen.outstanding - lightest.outstanding <= self._settings.load_margin:
+            return False
+        mean = (sum(e.outstanding for e in endpoints) + 1) / len(endpoints)
+        return chosen.outstanding + 1 > self._settings.load_factor * mean
 
     def _pinned(self, endpoints: Sequence[E], key: str | None) -> E | None:
         if key is None:

@@ -1,11 +1,15 @@
-"""KV cache reuse on the real CPU Triton: the engine's reuse figures reach usage.cached_tokens."""
+"""KV cache reuse on the real CPU Triton: the engine's reuse figures reach the cached tokens of every
+API's usage (chat and completions, the Responses API through the openai SDK, the Messages API through
+the anthropic SDK)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 
+import anthropic
 import httpx
+import openai
 import pytest
 
 from deploy.devstack import DEV_TOKENS_PER_BLOCK
@@ -85,3 +89,94 @@ def test_a_contract_without_perf_metrics_leaves_cached_tokens_out(gateway: Gatew
     _chat(gateway, "tiny-legacy", content)
     usage = _chat(gateway, "tiny-legacy", content)
     assert "prompt_tokens_details" not in usage
+
+
+# ignore_eos: a sequence that ends at once sends no token, and so no perf metrics.
+RESPONSE_ARGS: dict = {
+    "max_output_tokens": 16,
+    "temperature": 0,
+    "store": False,
+    "extra_body": {"ignore_eos": True},
+}
+MESSAGE_ARGS: dict = {"max_tokens": 4, "extra_body": {"ignore_eos": True, "temperature": 0}}
+
+
+@pytest.fixture(scope="module")
+def openai_sdk(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0) as sdk:
+        yield sdk
+
+
+@pytest.fixture(scope="module")
+def anthropic_sdk(gateway: GatewayProcess) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=gateway.base_url, api_key="unused", max_retries=0) as sdk:
+        yield sdk
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny-engine"])
+def test_a_repeated_responses_prompt_reports_its_cached_tokens_through_the_openai_sdk(
+    openai_sdk: openai.OpenAI, model: str
+) -> None:
+    content = f"{uuid.uuid4().hex} tell me about the lakes and the forests and the valleys"
+    first = openai_sdk.responses.create(model=model, input=content, **RESPONSE_ARGS)
+    assert first.usage is not None
+    assert first.usage.input_tokens > 2 * DEV_TOKENS_PER_BLOCK
+    assert first.usage.input_tokens_details.cached_tokens == 0
+    # Cut by max_output_tokens, the stream ends with response.incomplete (the SDK's stream helper
+    # wants response.completed): its last event carries the whole response.
+    events = list(openai_sdk.responses.create(model=model, input=content, stream=True, **RESPONSE_ARGS))
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    second = events[-1].response
+    assert second.usage is not None
+    assert second.usage.input_tokens == first.usage.input_tokens
+    assert second.usage.input_tokens_details.cached_tokens == _whole_blocks(first.usage.input_tokens)
+    third = openai_sdk.responses.create(model=model, input=content, **RESPONSE_ARGS)
+    assert third.usage is not None
+    assert third.usage.input_tokens_details.cached_tokens == _whole_blocks(first.usage.input_tokens)
+
+
+@pytest.mark.parametrize("model", ["tiny", "tiny-engine"])
+def test_a_repeated_messages_prompt_reports_its_cache_reads_through_the_anthropic_sdk(
+    anthropic_sdk: anthropic.Anthropic, model: str
+) -> None:
+    messages: list = [
+        {"role": "user", "content": f"{uuid.uuid4().hex} the hills and the roads and the towns"}
+    ]
+    prompt = anthropic_sdk.messages.count_tokens(model=model, messages=messages).input_tokens
+    assert prompt > 2 * DEV_TOKENS_PER_BLOCK
+    first = anthropic_sdk.messages.create(model=model, messages=messages, **MESSAGE_ARGS)
+    assert (first.usage.input_tokens, first.usage.cache_read_input_tokens) == (prompt, 0)
+    assert first.usage.cache_creation_input_tokens == 0
+    reused = _whole_blocks(prompt)
+    # Anthropic counts the cache reads apart: input_tokens is what the engine computed.
+    with anthropic_sdk.messages.stream(model=model, messages=messages, **MESSAGE_ARGS) as stream:
+        start = next(e for e in stream if e.type == "message_start")
+        assert (start.message.usage.input_tokens, start.message.usage.cache_read_input_tokens) == (
+            prompt - reused,
+            reused,
+        )
+        second = stream.get_final_message()
+    assert (second.usage.input_tokens, second.usage.cache_read_input_tokens) == (prompt - reused, reused)
+    third = anthropic_sdk.messages.create(model=model, messages=messages, **MESSAGE_ARGS)
+    assert (third.usage.input_tokens, third.usage.cache_read_input_tokens) == (prompt - reused, reused)
+
+
+def test_a_contract_without_perf_metrics_gives_zero_in_responses_and_null_in_messages(
+    openai_sdk: openai.OpenAI, anthropic_sdk: anthropic.Anthropic
+) -> None:
+    content = f"{uuid.uuid4().hex} the same words again and again for the cache to keep"
+    for _ in range(2):
+        response = openai_sdk.responses.create(model="tiny-legacy", input=content, **RESPONSE_ARGS)
+        # OpenAI's schema requires the field: 0, the engine saying nothing of its reuse.
+        assert response.usage is not None and response.usage.input_tokens_details.cached_tokens == 0
+        message = anthropic_sdk.messages.create(
+            model="tiny-legacy", messages=[{"role": "user", "content": content}], **MESSAGE_ARGS
+        )
+        assert message.usage.cache_read_input_tokens is None
+        assert message.usage.cache_creation_input_tokens is None
+    assert (
+        message.usage.input_tokens
+        == anthropic_sdk.messages.count_tokens(
+            model="tiny-legacy", messages=[{"role": "user", "content": content}]
+        ).input_tokens
+    )

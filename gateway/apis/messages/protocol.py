@@ -261,11 +261,13 @@ StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
 
 
 class Usage(BaseModel):
+    """Anthropic's usage (see `stream.usage`): None where the engine does not report its KV cache
+    reuse, which Anthropic's schema writes as null."""
+
     input_tokens: int
     output_tokens: int
-    # The engine reports no prefix reuse yet: always 0 (no cache written, none read).
-    cache_creation_input_tokens: int = 0
-    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
 
 
 class Message(BaseModel):

@@ -18,7 +18,7 @@ from gateway.apis.messages.serving import MessagesService
 from gateway.apis.messages.stream import ping_event
 from gateway.http.admission import admitted_priority
 from gateway.http.services import service
-from gateway.http.streaming import client_timeout, event_stream, until_disconnect
+from gateway.http.streaming import client_timeout, event_stream, session_id, until_disconnect
 
 router = APIRouter(responses=ERROR_RESPONSES, route_class=AnthropicRoute, tags=["messages"])
 
@@ -27,7 +27,10 @@ router = APIRouter(responses=ERROR_RESPONSES, route_class=AnthropicRoute, tags=[
 async def create_message(body: MessageCreateRequest, request: Request) -> Any:
     messages = service(request, MessagesService)
     prepared = await messages.prepare(
-        body, timeout_s=client_timeout(request), priority=admitted_priority(request)
+        body,
+        timeout_s=client_timeout(request),
+        priority=admitted_priority(request),
+        session=session_id(request),
     )
     if body.stream:
         return await event_stream(request, messages.stream(prepared), ping=ping_event)

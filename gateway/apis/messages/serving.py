@@ -24,6 +24,7 @@ from gateway.core import validation as v
 from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
+    affinity_key,
     build_generation,
     events,
     reserve_quota,
@@ -81,7 +82,12 @@ class MessagesService(GenerationService):
             return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
 
     async def prepare(
-        self, body: MessageCreateRequest, *, timeout_s: float | None = None, priority: int = 0
+        self,
+        body: MessageCreateRequest,
+        *,
+        timeout_s: float | None = None,
+        priority: int = 0,
+        session: str | None = None,
     ) -> PreparedMessage:
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
@@ -112,6 +118,14 @@ class MessagesService(GenerationService):
             stops=stops,
             first_index=0,
             guide=plan.guide,
+            # Anthropic's end-user id (Claude Code's names its session): prefix routing keeps the
+            # conversation on one replica.
+            affinity=affinity_key(
+                prompt_cache_key=None,
+                session=session,
+                safety_identifier=None,
+                user=body.metadata.user_id if body.metadata is not None else None,
+            ),
             reasoning=True,
             priority=priority,
         )
@@ -179,8 +193,9 @@ class MessagesService(GenerationService):
             prepared.runtime.name,
             stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop),
             stop,
-            input_tokens=prepared.prompt_tokens,
+            prompt_tokens=prepared.prompt_tokens,
             output_tokens=prepared.completion_tokens,
+            cached_tokens=prepared.cached_tokens,
         )
 
     async def stream(self, message: PreparedMessage) -> AsyncGenerator[bytes, None]:
@@ -188,19 +203,31 @@ class MessagesService(GenerationService):
         writer = MessageStreamWriter(prepared.response_id, prepared.runtime.name)
         reply = self._router(prepared, writer, show_thinking=message.show_thinking)
         try:
-            yield writer.start(prepared.prompt_tokens)
+            # message_start waits for the engine's first response: Anthropic's carries the prompt's
+            # cache reads, and only the engine knows how much of the prompt it reused (keep-alive
+            # pings, which the SDKs skip, may come before it).
+            started = False
             finish = "stop"
             async for event in events(prepared, self._metrics):
                 frames = reply.text(event.text, event.token_ids)
+                if not started:
+                    started = True
+                    frames = writer.start(prepared.prompt_tokens, prepared.cached_tokens) + frames
                 if event.finish_reason is not None:
                     finish = event.finish_reason
                 if frames:
                     yield frames
             frames = reply.finish()
+            if not started:
+                frames = writer.start(prepared.prompt_tokens, prepared.cached_tokens) + frames
             stop = prepared.choices[0].stop_sequence
             reason = stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop)
             yield frames + writer.finish(
-                reason, stop, input_tokens=prepared.prompt_tokens, output_tokens=prepared.completion_tokens
+                reason,
+                stop,
+                prompt_tokens=prepared.prompt_tokens,
+                output_tokens=prepared.completion_tokens,
+                cached_tokens=prepared.cached_tokens,
             )
         except Exception as exc:
             yield errors.error_event(stream_failure(exc))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final, Literal, Protocol
 
+import jiter
 import orjson
 from sse_starlette import ServerSentEvent
 
@@ -56,13 +57,29 @@ def frame(event: dict[str, Any]) -> bytes:
     return b"event: %b\ndata: %b\n\n" % (event["type"].encode(), orjson.dumps(event))
 
 
-def usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
-    # The engine reports no prefix reuse yet, so nothing is read from or written to a cache.
+def usage(prompt_tokens: int, output_tokens: int, cached_tokens: int | None) -> dict[str, int | None]:
+    """Anthropic's usage of a prompt of `prompt_tokens`, `cached_tokens` of them reused from the
+    engine's KV cache (None: the model's contract does not report reuse).
+
+    Anthropic counts a prompt as input_tokens + cache_creation_input_tokens +
+    cache_read_input_tokens, so the reused tokens leave input_tokens. A cache write, for Anthropic,
+    is the prefix up to a `cache_control` breakpoint, billed apart; the engine keeps every prompt's
+    blocks for reuse on its own, with no such write, so cache_creation_input_tokens is 0. Where reuse
+    is not reported both cache fields are null (Anthropic's schema has them nullable): 0 would claim
+    the prompt was computed in full.
+    """
+    if cached_tokens is None:
+        return {
+            "input_tokens": prompt_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": None,
+            "cache_read_input_tokens": None,
+        }
     return {
-        "input_tokens": input_tokens,
+        "input_tokens": prompt_tokens - cached_tokens,
         "output_tokens": output_tokens,
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": cached_tokens,
     }
 
 
@@ -73,6 +90,22 @@ def stop_reason(finish_reason: str, *, tool_calls: int, stop_sequence: str | Non
     if stop_sequence is not None:
         return "stop_sequence"
     return "tool_use" if tool_calls else "end_turn"
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool_use block's `input` from its call's arguments text (always JSON as far as it goes, see
+    `gateway.text.tool_calls`), read the way the anthropic SDK reads the `input_json_delta`s of a
+    stream (jiter's partial mode), so a whole message and a streamed one agree. Whole arguments give
+    their object. Arguments cut by max_tokens give what was written: a cut string value is left
+    out, a number is read as far as it goes, a cut nested object or array keeps its complete
+    members. Anything that is not the start of an object gives {}."""
+    if not arguments:
+        return {}
+    try:
+        value = jiter.from_json(arguments.encode(), partial_mode=True)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class ContentSink(Protocol):
@@ -95,8 +128,9 @@ class MessageStreamWriter:
         self._text_head = b""
         self._thinking_head = b""
 
-    def start(self, input_tokens: int) -> bytes:
-        message = {**self._base, "stop_reason": None, "stop_sequence": None, "usage": usage(input_tokens, 0)}
+    def start(self, prompt_tokens: int, cached_tokens: int | None) -> bytes:
+        usage_now = usage(prompt_tokens, 0, cached_tokens)
+        message = {**self._base, "stop_reason": None, "stop_sequence": None, "usage": usage_now}
         return frame({"type": "message_start", "message": message})
 
     def _switch(self, kind: BlockKind, block: dict[str, Any]) -> bytes:
@@ -145,10 +179,19 @@ class MessageStreamWriter:
         return frame({"type": "content_block_delta", "index": self._index, "delta": delta})
 
     def finish(
-        self, reason: StopReason, stop_sequence: str | None, *, input_tokens: int, output_tokens: int
+        self,
+        reason: StopReason,
+        stop_sequence: str | None,
+        *,
+        prompt_tokens: int,
+        output_tokens: int,
+        cached_tokens: int | None,
     ) -> bytes:
         delta = {"stop_reason": reason, "stop_sequence": stop_sequence}
-        end = frame({"type": "message_delta", "delta": delta, "usage": usage(input_tokens, output_tokens)})
+        # The whole usage, as Anthropic's message_delta carries it (the SDKs take its input and
+        # cache counts over message_start's).
+        totals = usage(prompt_tokens, output_tokens, cached_tokens)
+        end = frame({"type": "message_delta", "delta": delta, "usage": totals})
         return self._close() + end + MESSAGE_STOP
 
 
@@ -200,7 +243,7 @@ class MessageAssembler:
                 out.append(ThinkingBlock(thinking=block["thinking"]))
             else:
                 raw = "".join(self._inputs[i])
-                out.append(ToolUseBlock(id=block["id"], name=block["name"], input=orjson.loads(raw or "{}")))
+                out.append(ToolUseBlock(id=block["id"], name=block["name"], input=tool_input(raw)))
         return out
 
     def message(
@@ -210,8 +253,9 @@ class MessageAssembler:
         reason: StopReason,
         stop_sequence: str | None,
         *,
-        input_tokens: int,
+        prompt_tokens: int,
         output_tokens: int,
+        cached_tokens: int | None,
     ) -> Message:
         return Message(
             id=message_id,
@@ -219,7 +263,7 @@ class MessageAssembler:
             model=model,
             stop_reason=reason,
             stop_sequence=stop_sequence,
-            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+            usage=Usage.model_validate(usage(prompt_tokens, output_tokens, cached_tokens)),
         )
 
 

@@ -19,7 +19,7 @@ from gateway.apis.responses.serving import ResponsesService
 from gateway.http.admission import admitted_priority
 from gateway.http.routing import JsonBodyRoute
 from gateway.http.services import service
-from gateway.http.streaming import client_timeout, event_stream, until_disconnect
+from gateway.http.streaming import client_timeout, event_stream, session_id, until_disconnect
 
 generation = APIRouter(responses=ERROR_RESPONSES, route_class=JsonBodyRoute)
 stored = APIRouter(responses=ERROR_RESPONSES)
@@ -33,7 +33,10 @@ def _service(request: Request) -> ResponsesService:
 async def create_response(body: CreateResponseRequest, request: Request) -> Any:
     service = _service(request)
     prepared = await service.prepare(
-        body, timeout_s=client_timeout(request), priority=admitted_priority(request)
+        body,
+        timeout_s=client_timeout(request),
+        priority=admitted_priority(request),
+        session=session_id(request),
     )
     if body.stream:
         return await event_stream(request, service.stream(prepared))

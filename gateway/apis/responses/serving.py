@@ -34,6 +34,7 @@ from gateway.config import Settings
 from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
+    affinity_key,
     build_generation,
     events,
     reserve_quota,
@@ -287,7 +288,12 @@ class ResponsesService(GenerationService):
         return _Prompt(runtime, text, ids, max_tokens, plan, tools, conversation)
 
     async def prepare(
-        self, body: CreateResponseRequest, *, timeout_s: float | None = None, priority: int = 0
+        self,
+        body: CreateResponseRequest,
+        *,
+        timeout_s: float | None = None,
+        priority: int = 0,
+        session: str | None = None,
     ) -> PreparedResponse:
         requested = body.max_output_tokens
         prompt = await self._prompt(body, requested)
@@ -330,6 +336,13 @@ class ResponsesService(GenerationService):
             first_index=0,
             guide=prompt.plan.guide,
             logprobs=logprobs,
+            # Codex sends its conversation's prompt_cache_key: prefix routing keeps it on one replica.
+            affinity=affinity_key(
+                prompt_cache_key=body.prompt_cache_key,
+                session=session,
+                safety_identifier=body.safety_identifier,
+                user=body.user,
+            ),
             reasoning=True,
             priority=priority,
         )
@@ -412,9 +425,14 @@ class ResponsesService(GenerationService):
                 if event.finish_reason is not None:
                     reason = event.finish_reason
             prompt, completion = run.prompt_tokens, run.completion_tokens
+            # OpenAI's ResponseUsage requires both details: a model whose contract does not report
+            # KV cache reuse (no perf metrics, or no known block size) says 0, as OpenAI says for a
+            # prompt it served without its cache. The engine's reuse is no write in OpenAI's sense
+            # (an explicit cache write billed apart), so cache_write_tokens is always 0.
+            cached = run.cached_tokens
             usage = {
                 "input_tokens": prompt,
-                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "input_tokens_details": {"cached_tokens": cached or 0, "cache_write_tokens": 0},
                 "output_tokens": completion,
                 "output_tokens_details": {"reasoning_tokens": parser.reasoning_tokens if parser else 0},
                 "total_tokens": prompt + completion,

@@ -19,6 +19,7 @@ from gateway.text.tool_calls.choice import (
     tool_call_json_schema,
     validate_tools,
 )
+from gateway.text.tool_calls.json_text import JsonScanner
 from gateway.text.tool_calls.parsing import StreamingToolParser, parse_tool_calls
 from gateway.text.tool_calls.registry import FORMATS, MODEL_FORMATS, check_format
 
@@ -27,6 +28,7 @@ __all__ = [
     "MODEL_FORMATS",
     "ContentDelta",
     "FunctionTool",
+    "JsonScanner",
     "ParsedOutput",
     "StreamingToolParser",
     "ToolCall",

@@ -3,8 +3,10 @@ on (one file each under `formats/`, listed in `registry`; the marker strings are
 most of these tokenizers, so the text must be detokenized with special tokens kept for the parser
 to see them).
 
-Whitespace next to a call is not content. `parse_tool_calls` is the streaming parser fed the whole
-text at once, so the two interfaces cannot disagree.
+Whitespace next to a call is not content. A call's start goes out once the call is committed, and
+its arguments as they are written (when a call commits, and what happens to text that looked like
+one but is not: see `base`). `parse_tool_calls` is the streaming parser fed the whole text at once,
+so the two interfaces cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from gateway.text.tool_calls.base import (
-    Call,
+    CallStart,
     Complete,
     ContentDelta,
     ParsedOutput,
+    Piece,
     Region,
     ToolCall,
     ToolCallArguments,
@@ -35,9 +38,10 @@ class StreamingToolParser:
     """Text deltas in, content and tool-call events out, for one choice.
 
     Text that might be the start of a call is held back, like a stop string, and released as
-    content if it turns out not to be one. A call is announced only when its text is complete
-    and valid, so that text which fails to parse can still go out as content; its arguments
-    then follow as one fragment. Any split of the same text gives the same content and calls.
+    content if it turns out not to be one. A call is announced (`ToolCallStart`) once it is
+    committed, and its arguments follow as `ToolCallArguments` fragments as they are written, one
+    per `feed` at most. Any split of the same text gives the same content, the same calls and the
+    same arguments.
 
     `tool_names`, when given (the request's tools), limits calls to those functions: a "call" to
     anything else is left as content rather than handed to a client that cannot run it.
@@ -47,6 +51,7 @@ class StreamingToolParser:
         "_after_call",
         "_at_start",
         "_calls",
+        "_committed",
         "_format",
         "_make_id",
         "_names",
@@ -70,6 +75,7 @@ class StreamingToolParser:
         self._region_at = 0  # where the region starts in `_pending`; before it, held whitespace
         self._at_start = True
         self._after_call = False
+        self._committed = False  # the current region has reported a call
         self._calls = 0
 
     @property
@@ -96,18 +102,21 @@ class StreamingToolParser:
         while True:
             if self._region is not None:
                 outcome = self._region.step(self._pending[self._region_at :], final)
-                if outcome is None and not final:
+                self._take(self._region.pieces, events)
+                if outcome is None:
+                    assert not final, "a region decides everything at the end of the reply"
                     break
                 if isinstance(outcome, Complete):
-                    self._announce(outcome.calls, events)
                     self._pending = self._pending[self._region_at + outcome.end :]
                     self._after_call = True
                 else:
+                    assert not self._committed, "a committed call is never taken back"
                     # Not a call after all: its first character is content, and the search for a
                     # call resumes right after it (a real marker may follow inside the rejected text).
                     self._emit(self._pending[: self._region_at + 1], events)
                     self._pending = self._pending[self._region_at + 1 :]
                 self._region = None
+                self._committed = False
                 self._at_start = False
                 continue
             if self._after_call:
@@ -174,12 +183,22 @@ class StreamingToolParser:
             self._at_start = False
             self._after_call = False
 
-    def _announce(self, calls: tuple[Call, ...], events: list[ToolCallEvent]) -> None:
-        for name, arguments in calls:
-            index = self._calls
-            self._calls += 1
-            events.append(ToolCallStart(index, self._make_id(), name))
-            events.append(ToolCallArguments(index, arguments))
+    def _take(self, pieces: list[Piece], events: list[ToolCallEvent]) -> None:
+        """The region's new pieces as events: a call's start, or more of its arguments (merged
+        into one fragment per feed)."""
+        for piece in pieces:
+            if isinstance(piece, CallStart):
+                self._committed = True
+                events.append(ToolCallStart(self._calls, self._make_id(), piece.name))
+                self._calls += 1
+            elif piece:
+                index = self._calls - 1
+                last = events[-1] if events else None
+                if isinstance(last, ToolCallArguments) and last.index == index:
+                    events[-1] = ToolCallArguments(index, last.arguments + piece)
+                else:
+                    events.append(ToolCallArguments(index, piece))
+        pieces.clear()
 
 
 def parse_tool_calls(

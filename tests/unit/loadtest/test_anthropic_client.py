@@ -17,10 +17,11 @@ from loadtest.workload import Prompt, Workload
 
 def stream(*, fail: bool) -> bytes:
     writer = MessageStreamWriter("msg_1", "m")
-    out = writer.start(9) + PING + writer.text("a") + writer.text("b") + writer.text("c")
+    # 4 of the 9 prompt tokens read from the cache: Anthropic counts them apart from input_tokens.
+    out = writer.start(9, 4) + PING + writer.text("a") + writer.text("b") + writer.text("c")
     if fail:
         return out + error_event(EngineError("boom"))
-    return out + writer.finish("max_tokens", None, input_tokens=9, output_tokens=3)
+    return out + writer.finish("max_tokens", None, prompt_tokens=9, output_tokens=3, cached_tokens=4)
 
 
 def serve(events: bytes, seen: list[dict]):

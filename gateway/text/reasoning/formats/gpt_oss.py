@@ -8,7 +8,9 @@ end-of-generation tokens, so they may be missing from the text.
 
 - ``analysis``: the chain of thought, reasoning.
 - ``commentary`` or any channel with recipient ``functions.NAME``: a call of the function NAME,
-  the body its JSON arguments (streamed as they arrive); another recipient (the built-in
+  the body its JSON arguments, streamed as they arrive and read as the tool-call parsers read
+  arguments (the JSON text without whitespace between tokens, up to where it stops being a JSON
+  object; see `gateway.text.tool_calls.base`); another recipient (the built-in
   ``browser`` or ``python`` tools, which the gateway does not run) is reasoning too.
 - ``final``, and ``commentary`` with no recipient (a preamble the user may see): content.
 - Text before any header (a model that ignores the format) is content. A header that never
@@ -30,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from gateway.text.reasoning.base import ReasoningFormat, ReasoningParser, partial_marker_length
-from gateway.text.tool_calls import ToolCallArguments, ToolCallStart
+from gateway.text.tool_calls import JsonScanner, ToolCallArguments, ToolCallStart
 
 START: Final = "<|start|>"
 CHANNEL: Final = "<|channel|>"
@@ -89,6 +91,7 @@ class HarmonyParser(ReasoningParser):
         "_message_id",
         "_pending",
         "_phase",
+        "_scanners",
         "_segments",
         "_sink",
         "_sinks",
@@ -104,6 +107,7 @@ class HarmonyParser(ReasoningParser):
         self._fresh = False  # no text of the current body has gone out yet
         self._written = {_TO_REASONING: False, _TO_CONTENT: False}
         self._calls = 0
+        self._scanners: list[JsonScanner] = []  # each call's arguments
         self._sinks: list[int] = []  # the sink of each message that had a header, in order
         self._message_id = marker_ids.get(MESSAGE)
         self._end_ids = frozenset(marker_ids[name] for name in _BODY_ENDS if name in marker_ids)
@@ -183,6 +187,7 @@ class HarmonyParser(ReasoningParser):
             index = self._calls
             self._calls += 1
             self._events.append(ToolCallStart(index, self._make_id(), recipient[len(_FUNCTIONS) :]))
+            self._scanners.append(JsonScanner(object_only=True))
             sink = index
         elif recipient is not None or channel == "analysis":
             sink = _TO_REASONING
@@ -201,7 +206,9 @@ class HarmonyParser(ReasoningParser):
             return
         sink = self._sink
         if sink >= 0:
-            self._events.append(ToolCallArguments(sink, text))
+            fragment = self._scanners[sink].feed(text)
+            if fragment:
+                self._events.append(ToolCallArguments(sink, fragment))
             return
         if self._fresh and self._written[sink]:
             text = "\n" + text

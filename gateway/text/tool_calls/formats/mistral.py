@@ -9,18 +9,17 @@ from typing import Final
 
 from gateway.text.tool_calls.base import (
     REJECT,
-    Call,
+    CallArray,
+    CallStart,
     Complete,
     Outcome,
+    Piece,
     Region,
     Rejected,
-    Span,
     ToolCallFormat,
-    call_from,
-    calls_from,
-    load_json,
-    skip_ws,
+    accepted,
 )
+from gateway.text.tool_calls.json_text import DONE, SCANNING, JsonScanner, Span, skip_ws
 
 _MISTRAL_MARKER: Final = "[TOOL_CALLS]"
 _MISTRAL_CALL_ID: Final = "[CALL_ID]"
@@ -34,38 +33,46 @@ def _is_partial(rest: str, token: str) -> bool:
 
 class MistralRegion:
     """``[TOOL_CALLS]`` then either a JSON array of calls or ``name[CALL_ID]id[ARGS]{...}``, where
-    ``[CALL_ID]id`` and ``[ARGS]`` are each optional (older parsers saw ``name{...}``)."""
+    ``[CALL_ID]id`` and ``[ARGS]`` are each optional (older parsers saw ``name{...}``). The second
+    form commits on the arguments' ``{`` when the name is a declared tool, and streams them."""
 
-    __slots__ = ("_array", "_calls", "_name", "_names", "_span")
+    __slots__ = ("_args", "_array", "_names", "_pos", "_span", "pieces")
 
     def __init__(self, names: Collection[str] | None) -> None:
         self._names = names
+        self._array: CallArray | None = None
+        self._args: JsonScanner | None = None
         self._span: Span | None = None
-        self._array = False
-        self._name = ""
-        self._calls: tuple[Call, ...] | None = None
+        self._pos = 0
+        self.pieces: list[Piece] = []
 
     def step(self, text: str, final: bool) -> Outcome:
-        if self._span is None:
+        if self._array is None and self._args is None:
             if self._header(text) is REJECT:
                 return REJECT
-            if self._span is None:
+            if self._array is None and self._args is None:
                 return REJECT if final else None
+        if self._array is not None:
+            end = self._array.step(text, final)
+            if end is None or isinstance(end, Rejected):
+                return end
+            return Complete(end)
+        args = self._args
+        assert args is not None and self._span is not None
+        if args.state == SCANNING:
+            fragment = args.feed(text[self._pos :])
+            self._pos += args.consumed
+            if fragment:
+                self.pieces.append(fragment)
+            if args.state == SCANNING:
+                return Complete(len(text)) if final else None
+        if args.state == DONE:
+            return Complete(self._pos)
+        # Arguments that stopped being JSON: the call's text runs to their closing bracket.
         end = self._span.end(text)
         if end is None:
-            return REJECT if final else None
-        if self._calls is None:
-            raw = text[self._span.start : end]
-            if self._array:
-                self._calls = calls_from(raw, self._names, allow_array=True, require_arguments=False)
-            else:
-                call = call_from(
-                    {"name": self._name, "arguments": load_json(raw)}, self._names, require_arguments=True
-                )
-                self._calls = (call,) if call is not None else None
-            if self._calls is None:
-                return REJECT
-        return Complete(self._calls, end)
+            return Complete(len(text)) if final else None
+        return Complete(end)
 
     def _header(self, text: str) -> Rejected | None:
         """Reads up to the JSON value and starts its span; None while the header is incomplete."""
@@ -74,8 +81,7 @@ class MistralRegion:
         if i == n:
             return None
         if text[i] == "[":
-            self._array = True
-            self._span = Span(i)
+            self._array = CallArray(i, self._names, self.pieces, require_arguments=False)
             return None
         j = i
         while j < n and text[j] in _NAME_CHARS:
@@ -100,9 +106,11 @@ class MistralRegion:
         j = skip_ws(text, j)
         if j == n:
             return None
-        if text[j] != "{":
+        if text[j] != "{" or not accepted(name, self._names):
             return REJECT
-        self._name = name
+        self.pieces.append(CallStart(name))
+        self._args = JsonScanner(object_only=True)
+        self._pos = j
         self._span = Span(j)
         return None
 

@@ -112,11 +112,40 @@ def test_the_load_guard_falls_back_to_the_least_loaded_endpoint() -> None:
     assert policy.choose([a, b], RouteRequest(prompt, 16)) is a  # beyond it
 
 
+def test_beyond_the_margin_the_best_match_keeps_a_request_while_within_the_load_factor() -> None:
+    policy = _prefix(load_margin=2, load_factor=1.25)
+    eps = [Ep("a", 10), Ep("b", 10), Ep("c", 10), Ep("d", 7)]
+    prompt = list(range(64))
+    policy.index("a").add(block_hashes(prompt, 16))
+    # 3 beyond the least loaded, but 11 is within 1.25x the mean of 38 / 4 with this request.
+    assert policy.choose(eps, RouteRequest(prompt, 16)).url == "a"
+    eps[0].outstanding = 12
+    # 13 > 1.25 * 40 / 4: the least loaded takes it.
+    assert policy.choose(eps, RouteRequest(prompt, 16)).url == "d"
+
+
+def test_a_hot_prefix_spreads_over_endpoints_instead_of_loading_one() -> None:
+    policy = _prefix(load_margin=2, load_factor=1.25)
+    eps = [Ep(name) for name in "abcd"]
+    hot = list(range(256))
+    # 24 requests in flight at once, all on one prefix: no endpoint gets more than 1.25x the mean
+    # (6); those that took the overflow hold the prefix too and share it from then on.
+    for _ in range(8):
+        policy.choose(eps, RouteRequest(hot, 16)).outstanding += 1
+    # Within the margin the holder keeps it; beyond, the least loaded takes the overflow.
+    assert [e.outstanding for e in eps] == [3, 3, 2, 0]
+    for _ in range(16):
+        policy.choose(eps, RouteRequest(hot, 16)).outstanding += 1
+    assert max(e.outstanding for e in eps) <= 1.25 * 6
+    holders = [e for e in eps if policy.index(e.url).matched_blocks(block_hashes(hot, 16)) == 16]
+    assert len(holders) == 4
+
+
 def test_affinity_keeps_a_conversation_on_its_endpoint() -> None:
     policy = _prefix()
     a, b = Ep("a"), Ep("b")
     first = policy.choose([a, b], RouteRequest([1, 2, 3], 16, affinity="session:x"))
-    first.outstanding += 3
+    first.outstanding += 2
     # Short prompts (no whole block) of the same session follow it though it is busier.
     for turn in range(3):
         assert policy.choose([a, b], RouteRequest([4, 5, turn], 16, affinity="session:x")) is first

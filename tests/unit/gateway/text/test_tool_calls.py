@@ -4,6 +4,7 @@ import itertools
 import json
 from typing import Any
 
+import jiter
 import jsonschema
 import pytest
 from hypothesis import given, settings
@@ -105,9 +106,15 @@ HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris
         ),
         pytest.param(
             '{"name": "a", "parameters": {"x": 1}',
-            '{"name": "a", "parameters": {"x": 1}',
+            None,
+            [("a", {"x": 1})],
+            id="a call cut after its arguments is a call",
+        ),
+        pytest.param(
+            '{"name": "a", "param',
+            '{"name": "a", "param',
             [],
-            id="truncated call stays content",
+            id="a call cut before its arguments open stays content",
         ),
         pytest.param(
             '{"name": "a", "parameters": {}}; {"name": oops}',
@@ -143,8 +150,8 @@ HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris
             id="arguments as a JSON string",
         ),
         pytest.param(
-            '{"name": "a", "parameters": {"x": NaN}}',
-            '{"name": "a", "parameters": {"x": NaN}}',
+            '{"name": "a", "parameters": NaN}',
+            '{"name": "a", "parameters": NaN}',
             [],
             id="NaN is not JSON",
         ),
@@ -185,15 +192,15 @@ def test_llama3_json_output(text: str, content: str | None, calls: list[tuple[st
         ),
         pytest.param(
             '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool',
-            '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool',
-            [],
-            id="a half-written closing tag is not dropped",
+            None,
+            [("f", {"x": 1})],
+            id="a half-written closing tag at the end belongs to the call",
         ),
         pytest.param(
-            '<tool_call>\n{"name": "f", "arguments": {x: 1}}\n</tool_call>',
-            '<tool_call>\n{"name": "f", "arguments": {x: 1}}\n</tool_call>',
+            '<tool_call>\n{"name": f, "arguments": {"x": 1}}\n</tool_call>',
+            '<tool_call>\n{"name": f, "arguments": {"x": 1}}\n</tool_call>',
             [],
-            id="malformed JSON stays content",
+            id="malformed JSON before the arguments stays content",
         ),
         pytest.param(
             "Use <tool_call> tags to call tools.",
@@ -203,9 +210,9 @@ def test_llama3_json_output(text: str, content: str | None, calls: list[tuple[st
         ),
         pytest.param(
             '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\ntrailing</tool_call>',
-            '<tool_call>\n{"name": "f", "arguments": {"x": 1}}\ntrailing</tool_call>',
-            [],
-            id="text between the object and the closing tag",
+            "trailing</tool_call>",
+            [("f", {"x": 1})],
+            id="text between the object and the closing tag is content",
         ),
         pytest.param(
             '<tool_call>{"name": "f", "arguments": {"x": "</tool_call>"}}</tool_call>',
@@ -295,10 +302,16 @@ def test_hermes_output(text: str, content: str | None, calls: list[tuple[str, An
             id="content then a call",
         ),
         pytest.param(
-            '[TOOL_CALLS][{"name": "a", "arguments": {"x": 1}]',
-            '[TOOL_CALLS][{"name": "a", "arguments": {"x": 1}]',
+            '[TOOL_CALLS][{"name": a, "arguments": {"x": 1}}]',
+            '[TOOL_CALLS][{"name": a, "arguments": {"x": 1}}]',
             [],
             id="malformed JSON stays content",
+        ),
+        pytest.param(
+            '[TOOL_CALLS][{"name": "a", "arguments": {"x": 1}]',
+            None,
+            [("a", {"x": 1})],
+            id="a call missing its closing brace is a call",
         ),
         pytest.param(
             "[TOOL_CALLS] is the marker",
@@ -337,6 +350,89 @@ def test_mistral_output(text: str, content: str | None, calls: list[tuple[str, A
 )
 def test_guided_json_output(text: str, content: str | None, calls: list[tuple[str, Any]]) -> None:
     assert parse(text, "json") == (content, calls)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "content", "calls"),
+    [
+        pytest.param(
+            "hermes",
+            '<tool_call>\n{"name": "f", "arguments": {"city": "Par',
+            None,
+            [("f", '{"city":"Par')],
+            id="a call cut inside its arguments keeps what was written",
+        ),
+        pytest.param(
+            "mistral",
+            '[TOOL_CALLS]f[ARGS]{"a": [1, 2',
+            None,
+            [("f", '{"a":[1,2')],
+            id="a mistral call cut inside its arguments",
+        ),
+        pytest.param(
+            "json",
+            '[{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {"b": "x',
+            None,
+            [("f", '{"a":1}'), ("g", '{"b":"x')],
+            id="the second call of an array cut",
+        ),
+        pytest.param(
+            "hermes",
+            '<tool_call>\n{"name": "f", "arguments": {"x": 1, y: 2}}\n</tool_call>after',
+            "after",
+            [("f", '{"x":1,')],
+            id="arguments that stop being JSON end there and the rest of the call is dropped",
+        ),
+        pytest.param(
+            "llama3_json",
+            '{"name": "a", "parameters": {"x": NaN}}',
+            None,
+            [("a", '{"x":')],
+            id="NaN ends the arguments",
+        ),
+        pytest.param(
+            "hermes",
+            '<tool_call>{"name": "f", "arguments": {"a": "\\u00e9 ",\n "b": 1.50E+2, "c": [ ]}}</tool_call>',
+            None,
+            [("f", '{"a":"\\u00e9 ","b":1.50E+2,"c":[]}')],
+            id="the model's escapes and number spellings are kept, whitespace between tokens is not",
+        ),
+        pytest.param(
+            "hermes",
+            '<tool_call>{"name": "f", "arguments": {"a": 1}, "id": [7]}</tool_call>',
+            None,
+            [("f", '{"a":1}')],
+            id="members after the arguments are not arguments",
+        ),
+        pytest.param(
+            "hermes",
+            '<tool_call>{"arguments": {"a": [1, 2]}, "name": "f"}</tool_call>',
+            None,
+            [("f", '{"a":[1,2]}')],
+            id="arguments before the name are reported whole",
+        ),
+        pytest.param(
+            "llama3_json",
+            '{"name": "a", "parameters": "{\\"x\\": [1, 2]}"}',
+            None,
+            [("a", '{"x":[1,2]}')],
+            id="arguments written as a JSON string are decoded",
+        ),
+        pytest.param(
+            "mistral",
+            '[TOOL_CALLS]f[ARGS]{"a": tru} then',
+            "then",
+            [("f", '{"a":tru')],
+            id="mistral arguments that stop being JSON",
+        ),
+    ],
+)
+def test_arguments_are_the_models_json_text_as_far_as_it_goes(
+    fmt: str, text: str, content: str | None, calls: list[tuple[str, str]]
+) -> None:
+    parsed = parse_tool_calls(text, fmt)
+    assert parsed.content == content
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == calls
 
 
 def test_format_none_leaves_everything_as_content() -> None:
@@ -391,17 +487,31 @@ def stream(fmt: str, pieces: list[str], **kwargs: Any) -> list[list[ToolCallEven
     return out
 
 
-def test_a_streamed_call_is_announced_then_its_arguments_follow() -> None:
+def test_a_streamed_call_is_announced_then_its_arguments_follow_as_written() -> None:
     pieces = [
         "Checking",
         " now.\n<tool",
         '_call>\n{"name": "f", ',
-        '"arguments": {"x": 1}}\n</tool_',
+        '"arguments": {"x"',
+        ': 1, "y": "é',
+        '"}}\n</tool_',
         "call>",
     ]
     assert stream("hermes", pieces) == [
         [ContentDelta("Checking")],
         [ContentDelta(" now.")],
+        [],
+        [ToolCallStart(0, "call_0", "f"), ToolCallArguments(0, '{"x"')],
+        [ToolCallArguments(0, ':1,"y":"é')],
+        [ToolCallArguments(0, '"}')],
+        [],
+        [],
+    ]
+
+
+def test_a_call_in_another_order_is_announced_once_complete() -> None:
+    pieces = ['<tool_call>{"arguments": {"x": ', '1}, "name": "f"', "}</tool_call>"]
+    assert stream("hermes", pieces) == [
         [],
         [],
         [ToolCallStart(0, "call_0", "f"), ToolCallArguments(0, '{"x":1}')],
@@ -425,7 +535,7 @@ def test_what_is_held_back_at_the_end_is_released_by_finish() -> None:
     ]
 
 
-def test_a_call_split_inside_its_marker_and_arguments_streams_once_complete() -> None:
+def test_a_call_split_inside_its_marker_and_arguments_streams_as_written() -> None:
     pieces = [
         "<|py",
         "thon_tag|>",
@@ -437,10 +547,30 @@ def test_a_call_split_inside_its_marker_and_arguments_streams_once_complete() ->
     assert stream("llama3_json", pieces) == [
         [],
         [],
-        [],
-        [ToolCallStart(0, "call_0", "f"), ToolCallArguments(0, '{"q":"a"}')],
+        [ToolCallStart(0, "call_0", "f"), ToolCallArguments(0, '{"q":"a')],
+        [ToolCallArguments(0, '"}')],
         [],
         [ToolCallStart(1, "call_1", "g"), ToolCallArguments(1, "{}")],
+        [],
+    ]
+
+
+def test_a_mistral_call_streams_its_arguments() -> None:
+    pieces = ["[TOOL_CALLS]get_", "weather[ARGS]", '{"city": ', '"Bern"}']
+    assert stream("mistral", pieces, tool_names=["get_weather"]) == [
+        [],
+        [],
+        [ToolCallStart(0, "call_0", "get_weather"), ToolCallArguments(0, '{"city":')],
+        [ToolCallArguments(0, '"Bern"}')],
+        [],
+    ]
+
+
+def test_a_call_cut_by_the_token_limit_is_finished_by_finish() -> None:
+    pieces = ['<tool_call>\n{"name": "f", "arguments": {"city": "Pa', "r"]
+    assert stream("hermes", pieces) == [
+        [ToolCallStart(0, "call_0", "f"), ToolCallArguments(0, '{"city":"Pa')],
+        [ToolCallArguments(0, "r")],
         [],
     ]
 
@@ -569,7 +699,9 @@ def test_any_split_of_a_reply_streams_the_same_content_and_calls(fmt: str, data:
     ]
     for index, (call_id, _, arguments) in calls.items():
         assert call_id == whole.tool_calls[index].id
-        assert json.loads(arguments) == json.loads(whole.tool_calls[index].arguments)
+        # Exactly the non-streamed arguments, and always JSON as far as it goes.
+        assert arguments == whole.tool_calls[index].arguments
+        jiter.from_json(arguments.encode(), partial_mode=True)
     if not whole.tool_calls:
         # Never lose text: a reply without calls is its content, unchanged.
         assert whole.content == text
@@ -594,21 +726,53 @@ CALLS = st.lists(
 )
 
 
-def render(fmt: str, calls: list[tuple[str, dict[str, Any]]], ascii_only: bool) -> str:
-    def dump(value: Any) -> str:
-        return json.dumps(value, ensure_ascii=ascii_only)
+def render(
+    fmt: str, calls: list[tuple[str, dict[str, Any]]], ascii_only: bool, compact: bool = False
+) -> tuple[str, list[tuple[int, int]]]:
+    """The calls as `fmt` writes them, and where each call's arguments are in that text."""
 
-    if fmt == "hermes":
-        return "\n".join(
-            f'<tool_call>\n{{"name": {dump(n)}, "arguments": {dump(a)}}}\n</tool_call>' for n, a in calls
-        )
-    if fmt == "llama3_json":
-        return "<|python_tag|>" + "; ".join(
-            f'{{"name": {dump(n)}, "parameters": {dump(a)}}}' for n, a in calls
-        )
-    if fmt == "mistral":
-        return "".join(f"[TOOL_CALLS]{n}[ARGS]{dump(a)}" for n, a in calls)
-    return dump([{"name": n, "arguments": a} for n, a in calls])
+    def dump(value: Any) -> str:
+        separators = (",", ":") if compact else None
+        return json.dumps(value, ensure_ascii=ascii_only, separators=separators)
+
+    text = ""
+    spans = []
+
+    def add_call(head: str, name: str, arguments: dict[str, Any], tail: str) -> None:
+        nonlocal text
+        text += head.format(name=dump(name))
+        spans.append((len(text), len(text) + len(dump(arguments))))
+        text += dump(arguments) + tail
+
+    for i, (name, arguments) in enumerate(calls):
+        if fmt == "hermes":
+            add_call(
+                "\n" * bool(i) + '<tool_call>\n{{"name": {name}, "arguments": ',
+                name,
+                arguments,
+                "}\n</tool_call>",
+            )
+        elif fmt == "llama3_json":
+            add_call(
+                ("<|python_tag|>" if i == 0 else "; ") + '{{"name": {name}, "parameters": ',
+                name,
+                arguments,
+                "}",
+            )
+        elif fmt == "mistral":
+            text += f"[TOOL_CALLS]{name}[ARGS]"
+            spans.append((len(text), len(text) + len(dump(arguments))))
+            text += dump(arguments)
+        else:
+            add_call(("[" if i == 0 else ", ") + '{{"name": {name}, "arguments": ', name, arguments, "}")
+    if fmt == "json":
+        text += "]"
+    return text, spans
+
+
+def split(text: str, data: st.DataObject) -> list[str]:
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(text)), max_size=20))))
+    return [text[a:b] for a, b in itertools.pairwise([0, *cuts, len(text)])]
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "llama3_json", "mistral", "json"])
@@ -617,13 +781,39 @@ def render(fmt: str, calls: list[tuple[str, dict[str, Any]]], ascii_only: bool) 
 def test_rendered_calls_are_recovered_from_any_split(
     fmt: str, calls: list[tuple[str, dict[str, Any]]], ascii_only: bool, data: st.DataObject
 ) -> None:
-    text = render(fmt, calls, ascii_only)
-    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(text)), max_size=20))))
-    pieces = [text[a:b] for a, b in itertools.pairwise([0, *cuts, len(text)])]
+    text, _ = render(fmt, calls, ascii_only)
     parser = StreamingToolParser(fmt)
-    content, streamed = collect([e for p in pieces for e in parser.feed(p)] + parser.finish())
+    content, streamed = collect([e for p in split(text, data) for e in parser.feed(p)] + parser.finish())
     assert content == ""
-    assert [(name, json.loads(arguments)) for _, name, arguments in streamed.values()] == calls
+    # The arguments are the model's JSON without the whitespace between tokens.
+    assert [(name, arguments) for _, name, arguments in streamed.values()] == [
+        (name, json.dumps(a, ensure_ascii=ascii_only, separators=(",", ":"))) for name, a in calls
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "llama3_json", "mistral", "json"])
+@settings(max_examples=100, deadline=None)
+@given(calls=CALLS, ascii_only=st.booleans(), data=st.data())
+def test_arguments_stream_as_they_are_written(
+    fmt: str, calls: list[tuple[str, dict[str, Any]]], ascii_only: bool, data: st.DataObject
+) -> None:
+    """After every delta, each call's name is out once its arguments have begun, and its arguments
+    are out as far as they have been written: nothing is held back until the call is complete."""
+    text, spans = render(fmt, calls, ascii_only, compact=True)
+    parser = StreamingToolParser(fmt)
+    events: list[ToolCallEvent] = []
+    seen = 0
+    for piece in split(text, data):
+        events += parser.feed(piece)
+        seen += len(piece)
+        _, streamed = collect(events)
+        for index, (start, end) in enumerate(spans):
+            if seen <= start:
+                assert index not in streamed
+                continue
+            _, name, arguments = streamed[index]
+            assert name == calls[index][0]
+            assert arguments == text[start : min(seen, end)]
 
 
 # ---------------------------------------------------------------- tools and tool_choice

@@ -26,6 +26,7 @@ from gateway.apis.messages.stream import (
     frame,
     ping_event,
     stop_reason,
+    tool_input,
 )
 from gateway.errors import EngineError
 from gateway.text.reasoning import ReasoningParser
@@ -83,20 +84,23 @@ def run(
     tool_format: str = "hermes",
     finish: str = "stop",
     stop: str | None = None,
+    cached: int | None = None,
 ) -> tuple[bytes, SdkMessage]:
     """Feed the same reply to a writer and an assembler; return the stream and the whole message."""
     writer = MessageStreamWriter("msg_1", "tiny")
     assembler = MessageAssembler()
     routers = [ReplyRouter(sink, reply_parser(tool_format, make_id=ids())) for sink in (writer, assembler)]
-    out = writer.start(7)
+    out = writer.start(7, cached)
     for kind, text in pieces:
         out += routers[0].thinking(text) if kind == "thinking" else routers[0].text(text)
         _ = routers[1].thinking(text) if kind == "thinking" else routers[1].text(text)
     out += routers[0].finish()
     routers[1].finish()
     reason = stop_reason(finish, tool_calls=routers[0].tool_calls, stop_sequence=stop)
-    out += writer.finish(reason, stop, input_tokens=7, output_tokens=5)
-    message = assembler.message("msg_1", "tiny", reason, stop, input_tokens=7, output_tokens=5)
+    out += writer.finish(reason, stop, prompt_tokens=7, output_tokens=5, cached_tokens=cached)
+    message = assembler.message(
+        "msg_1", "tiny", reason, stop, prompt_tokens=7, output_tokens=5, cached_tokens=cached
+    )
     return out, SdkMessage.model_validate(message.model_dump())
 
 
@@ -133,11 +137,12 @@ def test_a_text_reply_is_one_text_block_between_message_start_and_message_stop()
             "model": "tiny",
             "stop_reason": None,
             "stop_sequence": None,
+            # The engine did not report its KV cache reuse: unknown, null as Anthropic's schema allows.
             "usage": {
                 "input_tokens": 7,
                 "output_tokens": 0,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": None,
+                "cache_read_input_tokens": None,
             },
         },
     }
@@ -152,11 +157,26 @@ def test_a_text_reply_is_one_text_block_between_message_start_and_message_stop()
         "usage": {
             "input_tokens": 7,
             "output_tokens": 5,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": None,
+            "cache_read_input_tokens": None,
         },
     }
     assert message.content[0].model_dump(exclude_none=True) == {"type": "text", "text": "Hello world"}
+
+
+@pytest.mark.parametrize("cached", [0, 4])
+def test_cache_reads_leave_input_tokens_as_anthropic_counts_them(cached: int) -> None:
+    stream, message = run([("text", "Hi")], cached=cached)
+    events = parse(stream)
+    expected = {
+        "input_tokens": 7 - cached,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+    assert events[0]["message"]["usage"] == {**expected, "output_tokens": 0}
+    assert events[-2]["usage"] == {**expected, "output_tokens": 5}
+    assert message.usage.model_dump(include=set(expected)) == expected
+    assert accumulate(stream).usage.model_dump(include=set(expected)) == expected
 
 
 def test_thinking_then_text_then_a_tool_call_are_three_blocks_in_order() -> None:
@@ -277,6 +297,32 @@ def test_a_valid_tool_call_streamed_in_any_split_accumulates_to_the_same_message
     assert accumulate(whole_stream) == whole
 
 
+def test_a_tool_call_cut_anywhere_accumulates_in_the_sdk_to_the_assembled_message() -> None:
+    reply = 'Sure.<tool_call>{"name": "get_weather", "arguments": {"city": "Tokyo", "days": [1, 22]}}'
+    for cut in range(1, len(reply) + 1):
+        stream, message = run([("text", reply[:cut])])
+        assert accumulate(stream) == message
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ('{"city":"Tokyo","days":[1,22]}', {"city": "Tokyo", "days": [1, 22]}),
+        ('{"city":"Tokyo","days":[1,2', {"city": "Tokyo", "days": [1, 2]}),
+        ('{"city":"Tok', {}),
+        ('{"a":{"b":1,"c":"x', {"a": {"b": 1}}),
+        ("{", {}),
+        ("", {}),
+        ("[1]", {}),
+        ("{oops", {}),
+    ],
+)
+def test_a_tool_use_input_is_what_parsed_of_its_arguments(
+    arguments: str, expected: dict[str, object]
+) -> None:
+    assert tool_input(arguments) == expected
+
+
 def run_reasoning(
     text_pieces: list[str], fmt: str, *, prompt: str = "", show: bool = True
 ) -> tuple[bytes, SdkMessage]:
@@ -292,15 +338,17 @@ def run_reasoning(
         )
         for sink in (writer, assembler)
     ]
-    out = writer.start(3)
+    out = writer.start(3, None)
     for piece in text_pieces:
         out += routers[0].text(piece)
         routers[1].text(piece)
     out += routers[0].finish()
     routers[1].finish()
     reason = stop_reason("stop", tool_calls=routers[0].tool_calls, stop_sequence=None)
-    out += writer.finish(reason, None, input_tokens=3, output_tokens=9)
-    message = assembler.message("msg_1", "tiny", reason, None, input_tokens=3, output_tokens=9)
+    out += writer.finish(reason, None, prompt_tokens=3, output_tokens=9, cached_tokens=None)
+    message = assembler.message(
+        "msg_1", "tiny", reason, None, prompt_tokens=3, output_tokens=9, cached_tokens=None
+    )
     return out, SdkMessage.model_validate(message.model_dump())
 
 

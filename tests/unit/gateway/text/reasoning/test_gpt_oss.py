@@ -12,7 +12,7 @@ from gateway.text.reasoning import (
     ReasoningOutput,
     parse_reasoning,
 )
-from gateway.text.tool_calls import ContentDelta, ToolCall, ToolCallArguments, ToolCallStart
+from gateway.text.tool_calls import ContentDelta, JsonScanner, ToolCall, ToolCallArguments, ToolCallStart
 from tests.unit.gateway.text.reasoning.toy import MARKER_IDS, Counter, format_named, ids_of, tokenize
 
 ANALYSIS = "<|channel|>analysis<|message|>The user wants the weather. Call the tool.<|end|>"
@@ -28,7 +28,7 @@ def parse(text: str) -> ReasoningOutput:
     )
 
 
-def weather(arguments: str = '{"city": "Paris"}', index: int = 1) -> ToolCall:
+def weather(arguments: str = '{"city":"Paris"}', index: int = 1) -> ToolCall:
     return ToolCall(f"call_{index}", "get_weather", arguments)
 
 
@@ -61,7 +61,7 @@ def test_the_format_keeps_special_tokens_and_names_its_markers() -> None:
             ANALYSIS
             + "<|start|>assistant to=functions.get_weather<|channel|>commentary json"
             + '<|message|>{"city": "Oslo"}<|call|>',
-            ReasoningOutput(THOUGHT, "", (weather('{"city": "Oslo"}'),), len(THOUGHT)),
+            ReasoningOutput(THOUGHT, "", (weather('{"city":"Oslo"}'),), len(THOUGHT)),
             id="recipient-after-the-role",
         ),
         pytest.param(
@@ -76,7 +76,7 @@ def test_the_format_keeps_special_tokens_and_names_its_markers() -> None:
             + "<|end|>"
             + NEXT
             + CALL.replace("Paris", "Rome"),
-            ReasoningOutput(THOUGHT, "", (weather(), weather('{"city": "Rome"}', 2)), len(THOUGHT)),
+            ReasoningOutput(THOUGHT, "", (weather(), weather('{"city":"Rome"}', 2)), len(THOUGHT)),
             id="two-calls",
         ),
         pytest.param(
@@ -133,7 +133,7 @@ def test_a_tool_call_is_announced_at_its_header_and_its_arguments_stream() -> No
         [ReasoningDelta("Need weather")],
         [ReasoningDelta(".")],
         [ToolCallStart(0, "call_1", "get_weather")],
-        [ToolCallArguments(0, '{"city": ')],
+        [ToolCallArguments(0, '{"city":')],
         [ToolCallArguments(0, '"Paris"}')],
         [],
     ]
@@ -207,7 +207,7 @@ def test_any_split_of_a_harmony_reply_gives_its_channels(
     calls = [body for channel, body in messages if channel == "call"]
     assert whole.reasoning == ("\n".join(thoughts) or None)
     assert whole.content == "\n".join(answers)
-    assert [(c.name, c.arguments) for c in whole.tool_calls] == [("f", body) for body in calls]
+    assert [(c.name, c.arguments) for c in whole.tool_calls] == [("f", json_prefix(body)) for body in calls]
     assert whole.reasoning_tokens == sum(len(body) for body in thoughts)
 
     cuts = data.draw(st.lists(st.integers(0, len(tokenize(text))), max_size=10))
@@ -252,6 +252,22 @@ def test_any_split_of_arbitrary_text_gives_the_same_events(pieces: list[str], da
     assert split_tokens == tokens
 
 
-def test_arguments_are_the_raw_body_even_when_not_json() -> None:
-    out = parse("<|channel|>commentary to=functions.f<|message|>{not json<|call|>")
-    assert out.tool_calls == (ToolCall("call_1", "f", "{not json"),)
+def json_prefix(body: str) -> str:
+    """The arguments a call's body gives: its JSON object text as far as it goes, compact."""
+    return JsonScanner(object_only=True).feed(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "arguments"),
+    [
+        pytest.param(
+            '\n{"a": [1, 2],\n "b": "x y"}\n', '{"a":[1,2],"b":"x y"}', id="whitespace-between-tokens"
+        ),
+        pytest.param('{"city": "Par', '{"city":"Par', id="cut"),
+        pytest.param("{not json", "{", id="stops-being-json"),
+        pytest.param("not json", "", id="not-an-object"),
+    ],
+)
+def test_arguments_are_read_as_the_tool_call_parsers_read_them(body: str, arguments: str) -> None:
+    out = parse(f"<|channel|>commentary to=functions.f<|message|>{body}<|call|>")
+    assert out.tool_calls == (ToolCall("call_1", "f", arguments),)

@@ -72,5 +72,5 @@ def test_gpt_oss_token_by_token_sees_the_special_markers(tokenizer: Any) -> None
     assert start.name == "get_weather"
     arguments = [e.arguments for e in events if isinstance(e, ToolCallArguments)]
     assert len(arguments) > 1, "the arguments stream as they are decoded"
-    assert "".join(arguments) == '{"city": "Paris"}'
+    assert "".join(arguments) == '{"city":"Paris"}'
     assert tokens == len(tokenizer.encode("Need the weather for Paris.", add_special_tokens=False))
