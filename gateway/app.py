@@ -96,6 +96,7 @@ class TritonEngines:
         self.pool = TritonPool(
             settings.triton_url,
             timeout_s=settings.triton_connect_timeout_s,
+            http_urls=settings.triton_http_url,
             on_health=on_health,
             policy=make_policy(settings.routing_policy, routing),
             series=metrics.endpoint,

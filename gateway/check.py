@@ -133,7 +133,9 @@ def table(reports: list[ModelReport]) -> str:
 
 
 async def check(settings: Settings) -> list[ModelReport]:
-    pool = TritonPool(settings.triton_url, timeout_s=settings.triton_connect_timeout_s)
+    pool = TritonPool(
+        settings.triton_url, timeout_s=settings.triton_connect_timeout_s, http_urls=settings.triton_http_url
+    )
     reports = []
     try:
         for model in settings.models:

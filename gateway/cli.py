@@ -23,6 +23,7 @@ from gateway.text.tool_calls.registry import MODEL_FORMATS
 # What each repeatable flag takes.
 _METAVARS = {
     "triton_url": "HOST:PORT",
+    "triton_http_url": "URL",
     "api_keys": "KEY",
     "cors_origins": "ORIGIN",
     "config_file": "FILE",
@@ -32,9 +33,9 @@ _METAVARS = {
     "state_url": "redis://HOST:PORT/DB",
 }
 # `gateway check` reads only these; the serving flags would be ignored there.
-CHECK_SETTINGS = ("triton_url", "models", "config_file", "triton_connect_timeout_s")
+CHECK_SETTINGS = ("triton_url", "triton_http_url", "models", "config_file", "triton_connect_timeout_s")
 # What `gateway dev` sets itself.
-DEV_SKIPS = ("models", "triton_url")
+DEV_SKIPS = ("models", "triton_url", "triton_http_url")
 
 
 class _Parser(argparse.ArgumentParser):

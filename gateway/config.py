@@ -49,6 +49,20 @@ def check_triton_url(url: str) -> str:
     return url
 
 
+def check_triton_http_url(url: str) -> str:
+    """A Triton HTTP endpoint, http(s)://HOST:PORT, or a ValueError saying what is wrong with it."""
+    scheme, sep, rest = url.partition("://")
+    host_port = rest.rstrip("/")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise ValueError(
+            f"{url!r}: Triton's HTTP endpoint is http://HOST:PORT (its HTTP port is 8000 by default)"
+        )
+    match = _HOST_PORT.match(host_port)
+    if match is None or not 0 < int(match.group(2)) < 65536:
+        raise ValueError(f"{url!r} is not http://HOST:PORT (for example http://127.0.0.1:8000)")
+    return f"{scheme.lower()}://{host_port}"
+
+
 _SPEC_VALUES = {"tokenizer": "DIR", "chat_template": "FILE", "max_model_len": "N", "name": "NAME"}
 
 
@@ -196,6 +210,12 @@ class Settings(BaseSettings):
     )
     triton_url: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["127.0.0.1:8001"], description="Triton gRPC endpoint(s), HOST:PORT."
+    )
+    triton_http_url: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Triton HTTP endpoint(s), http://HOST:PORT, one per --triton-url in the same order: "
+        "generation streams over Triton's HTTP generate_stream, about a third of gRPC's client CPU per "
+        "token; model configs, readiness, stop requests and top log probabilities stay on gRPC.",
     )
     models: Annotated[list[ServedModel], NoDecode] = Field(
         default_factory=list,
@@ -385,7 +405,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown response store {value!r}; expected one of {', '.join(STORES)}")
         return value
 
-    @field_validator("triton_url", "api_keys", "cors_origins", mode="before")
+    @field_validator("triton_url", "triton_http_url", "api_keys", "cors_origins", mode="before")
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
         # Lists come from the environment as `a,b` (or JSON, as pydantic-settings writes them).
@@ -402,6 +422,20 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one Triton URL is needed")
         return [check_triton_url(u) for u in value]
+
+    @field_validator("triton_http_url")
+    @classmethod
+    def _check_http_urls(cls, value: list[str]) -> list[str]:
+        return [check_triton_http_url(u) for u in value]
+
+    @model_validator(mode="after")
+    def _http_urls_pair_with_grpc_urls(self) -> Settings:
+        if self.triton_http_url and len(self.triton_http_url) != len(self.triton_url):
+            raise ValueError(
+                f"--triton-http-url gives {len(self.triton_http_url)} endpoint(s) for "
+                f"{len(self.triton_url)} --triton-url: give one HTTP URL per Triton, in the same order"
+            )
+        return self
 
     @field_validator("log_level", mode="before")
     @classmethod

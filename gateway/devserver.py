@@ -119,13 +119,16 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             # treat an incomplete response as an error.
             default_limit_status="completed",
         )
-        settings = settings.model_copy(update={"models": [served], "triton_url": [ready["grpc"]]})
+        settings = settings.model_copy(
+            update={"models": [served], "triton_url": [ready["grpc"]], "triton_http_url": [ready["http"]]}
+        )
         tokenizers = load_tokenizers(settings)
         base = f"http://{settings.host}:{settings.port}"
 
         def announce() -> None:
             print(
                 f"gateway: serving `{served.name}` on {base}/v1 (Triton gRPC {ready['grpc']}, "
+                f"HTTP {ready['http']}, "
                 f"tokenizer {model_dir}). Try:\n"
                 f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
                 f'-d \'{{"model": "{served.name}", "messages": [{{"role": "user", "content": "Hello!"}}], '

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import grpc
@@ -20,6 +20,7 @@ from gateway.errors import EngineUnavailableError
 from gateway.routing.base import RouteRequest, RoutingPolicy
 from gateway.routing.registry import make_policy
 from gateway.triton.connection import TritonConnection
+from gateway.triton.http import TritonHttp
 
 logger = logging.getLogger(__name__)
 _NO_ROUTE = RouteRequest()
@@ -34,10 +35,17 @@ class EndpointSeries(Protocol):
 
 
 class Endpoint:
-    __slots__ = ("connection", "failures", "outstanding", "retry_at", "series")
+    __slots__ = ("connection", "failures", "http", "outstanding", "retry_at", "series")
 
-    def __init__(self, connection: TritonConnection, series: EndpointSeries | None = None) -> None:
+    def __init__(
+        self,
+        connection: TritonConnection,
+        series: EndpointSeries | None = None,
+        http: TritonHttp | None = None,
+    ) -> None:
         self.connection = connection
+        # The same Triton's HTTP endpoint, when configured: generation streams over it.
+        self.http = http
         self.outstanding = 0
         self.failures = 0
         self.retry_at = 0.0
@@ -69,6 +77,7 @@ class TritonPool:
         urls: Iterable[str],
         *,
         timeout_s: float,
+        http_urls: Sequence[str] = (),
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         probe_interval_s: float = 2.0,
@@ -82,6 +91,11 @@ class TritonPool:
         ]
         if not self.endpoints:
             raise ValueError("at least one Triton URL is needed")
+        if http_urls:
+            if len(http_urls) != len(self.endpoints):
+                raise ValueError("one Triton HTTP URL per gRPC URL is needed")
+            for endpoint, url in zip(self.endpoints, http_urls, strict=True):
+                endpoint.http = TritonHttp(url, timeout_s=timeout_s)
         self._backoff = backoff_s
         self._max_backoff = max_backoff_s
         self._probe_interval = probe_interval_s
@@ -155,3 +169,5 @@ class TritonPool:
                 await self._probe
         for endpoint in self.endpoints:
             await endpoint.connection.close()
+            if endpoint.http is not None:
+                await endpoint.http.close()

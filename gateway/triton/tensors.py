@@ -106,19 +106,68 @@ def engine_priority(priority: int) -> float:
     return 0.5 - priority / (2 * (abs(priority) + 10))
 
 
-def _stop_words_list(
-    request: service_pb2.ModelInferRequest, spec: c.TensorSpec, words: list[list[int]]
-) -> None:
-    """TensorRT-LLM's [1, 2, N] stop list: row 0 the concatenated ids, row 1 each word's end
-    offset, padded with -1."""
+def _stop_rows(words: list[list[int]]) -> tuple[list[int], list[int]]:
+    """TensorRT-LLM's stop list rows: row 0 the concatenated ids, row 1 each word's end offset,
+    padded with -1."""
     flat = [t for w in words for t in w]
     offsets, end = [], 0
     for w in words:
         end += len(w)
         offsets.append(end)
     offsets += [-1] * (len(flat) - len(offsets))
+    return flat, offsets
+
+
+def _stop_words_list(
+    request: service_pb2.ModelInferRequest, spec: c.TensorSpec, words: list[list[int]]
+) -> None:
+    """The [1, 2, N] stop list tensor."""
+    flat, offsets = _stop_rows(words)
     data = np.array([[flat, offsets]], dtype=np.int32)
     _tensor(request, spec.name, spec.triton_dtype, list(data.shape), data.tobytes())
+
+
+def _scalar_values(
+    contract: c.Contract, request: GenerationRequest, *, seed: int | None, num_sequences: int, stream: bool
+) -> tuple[dict[str, Any], list[str]]:
+    """The scalar inputs (by contract name) and the outputs to ask for, whatever the transport."""
+    p = request.params
+    values = sampling_values(request)
+    values[c.STREAM] = stream
+    if seed is not None:
+        values[c.SEED] = seed
+    if p.min_tokens:
+        values[c.MIN_TOKENS] = p.min_tokens
+    if num_sequences > 1:
+        values[c.NUM_RETURN_SEQUENCES] = num_sequences
+    values[c.EXCLUDE_INPUT_IN_OUTPUT] = True
+    if contract.priority:
+        values[c.PRIORITY] = engine_priority(request.priority)
+    outputs = requested_outputs(contract, num_sequences=num_sequences, stream=stream)
+    if c.NUM_OUTPUT_TOKENS in outputs:
+        values[c.RETURN_NUM_OUTPUT_TOKENS] = True
+    if contract.reports_cached_tokens:
+        values[c.RETURN_PERF_METRICS] = True
+        outputs.append(c.KV_CACHE_REUSED_BLOCKS)
+    if c.OUTPUT_LOG_PROBS in outputs:
+        values[c.RETURN_LOG_PROBS] = True
+    if request.logprobs is not None and contract.logprobs:
+        values[c.RETURN_LOG_PROBS] = True
+        outputs.append(c.OUTPUT_LOG_PROBS)
+        if request.logprobs > 0 and contract.top_logprobs:
+            values[c.RETURN_GENERATION_LOGITS] = True
+            outputs.append(c.GENERATION_LOGITS)
+    return values, outputs
+
+
+def _end_words(contract: c.Contract, request: GenerationRequest) -> tuple[list[list[int]], list[str]]:
+    """What the stop-words input carries: end ids on the engine route, their strings on the
+    ensemble's (nothing when the model has no such input or the request ignores the end)."""
+    if request.params.ignore_eos or c.STOP_WORDS not in contract.inputs:
+        return [], []
+    if contract.route == "engine":
+        return [[t] for t in request.end_token_ids], []
+    return [], list(request.end_token_strings)
 
 
 def build_request(
@@ -136,42 +185,17 @@ def build_request(
     # stream's end is explicit even when the engine sent its last token without the flag.
     out.parameters["triton_enable_empty_final_response"].bool_param = True
     specs = contract.inputs
-    p = request.params
     if contract.route == "engine":
         ids = np.array([request.prompt_ids], dtype=np.int32)
         _tensor(out, specs[c.PROMPT].name, "INT32", list(ids.shape), ids.tobytes())
         _scalar(out, specs[c.PROMPT_LENGTH], len(request.prompt_ids))
     else:
         _strings(out, specs[c.PROMPT], [request.prompt_text])
-    values = sampling_values(request)
-    values[c.STREAM] = stream
-    if seed is not None:
-        values[c.SEED] = seed
-    if p.min_tokens:
-        values[c.MIN_TOKENS] = p.min_tokens
-    if num_sequences > 1:
-        values[c.NUM_RETURN_SEQUENCES] = num_sequences
-    values[c.EXCLUDE_INPUT_IN_OUTPUT] = True
-    outputs = requested_outputs(contract, num_sequences=num_sequences, stream=stream)
-    if c.NUM_OUTPUT_TOKENS in outputs:
-        values[c.RETURN_NUM_OUTPUT_TOKENS] = True
-    if contract.reports_cached_tokens:
-        values[c.RETURN_PERF_METRICS] = True
-        outputs.append(c.KV_CACHE_REUSED_BLOCKS)
-    if c.OUTPUT_LOG_PROBS in outputs:
-        values[c.RETURN_LOG_PROBS] = True
-    if request.logprobs is not None and contract.logprobs:
-        values[c.RETURN_LOG_PROBS] = True
-        outputs.append(c.OUTPUT_LOG_PROBS)
-        if request.logprobs > 0 and contract.top_logprobs:
-            values[c.RETURN_GENERATION_LOGITS] = True
-            outputs.append(c.GENERATION_LOGITS)
+    values, outputs = _scalar_values(contract, request, seed=seed, num_sequences=num_sequences, stream=stream)
     for name, value in values.items():
         spec = specs.get(name)
         if spec is not None:
             _scalar(out, spec, value)
-    if contract.priority:
-        _scalar(out, specs[c.PRIORITY], engine_priority(request.priority))
     if request.logit_bias and contract.logit_bias:
         bias = np.zeros((1, request.vocab_size), dtype=np.float32)
         for token, value in request.logit_bias:
@@ -181,15 +205,80 @@ def build_request(
         guide_type, guide = request.guide
         _strings(out, specs[c.GUIDE_TYPE], [guide_type])
         _strings(out, specs[c.GUIDE], [guide])
-    stop_spec = specs.get(c.STOP_WORDS)
-    if stop_spec is not None and not p.ignore_eos:
-        if contract.route == "engine" and request.end_token_ids:
-            _stop_words_list(out, stop_spec, [[t] for t in request.end_token_ids])
-        elif contract.route == "ensemble" and request.end_token_strings:
-            _strings(out, stop_spec, request.end_token_strings)
+    end_ids, end_strings = _end_words(contract, request)
+    if end_ids:
+        _stop_words_list(out, specs[c.STOP_WORDS], end_ids)
+    elif end_strings:
+        _strings(out, specs[c.STOP_WORDS], end_strings)
     for name in outputs:
         out.outputs.add().name = name
     return out
+
+
+# Python's type for each Triton dtype in a JSON body: Triton's parser refuses 1 for an FP32.
+_JSON_TYPE: dict[str, type] = {
+    "BOOL": bool,
+    "INT8": int,
+    "INT16": int,
+    "INT32": int,
+    "INT64": int,
+    "UINT8": int,
+    "UINT16": int,
+    "UINT32": int,
+    "UINT64": int,
+    "FP16": float,
+    "FP32": float,
+    "FP64": float,
+}
+
+
+def json_request_fits(contract: c.Contract, request: GenerationRequest) -> bool:
+    """Whether Triton's HTTP generate_stream carries this request: not generation logits (top log
+    probabilities) nor a vocabulary-wide bias, which binary gRPC tensors carry far more cheaply."""
+    if request.logprobs is not None and request.logprobs > 0 and contract.top_logprobs:
+        return False
+    return not (request.logit_bias and contract.logit_bias)
+
+
+def build_json_request(
+    contract: c.Contract,
+    request: GenerationRequest,
+    *,
+    request_id: str,
+    seed: int | None,
+    num_sequences: int,
+    stream: bool,
+) -> dict[str, Any]:
+    """The same request as `build_request`, as the JSON body of Triton's HTTP generate extension:
+    each input by its tensor name (scalars bare, [-1] tensors as flat lists, [2,-1] ones row after
+    row); Triton returns every output, so none are named."""
+    specs = contract.inputs
+    body: dict[str, Any] = {"id": request_id}
+    if contract.route == "engine":
+        body[specs[c.PROMPT].name] = list(request.prompt_ids)
+        body[specs[c.PROMPT_LENGTH].name] = len(request.prompt_ids)
+    else:
+        body[specs[c.PROMPT].name] = request.prompt_text
+    values, _ = _scalar_values(contract, request, seed=seed, num_sequences=num_sequences, stream=stream)
+    for name, value in values.items():
+        spec = specs.get(name)
+        if spec is not None:
+            body[spec.name] = _JSON_TYPE.get(spec.triton_dtype, _same)(value)
+    if request.guide is not None and contract.guided_decoding:
+        guide_type, guide = request.guide
+        body[specs[c.GUIDE_TYPE].name] = guide_type
+        body[specs[c.GUIDE].name] = guide
+    end_ids, end_strings = _end_words(contract, request)
+    if end_ids:
+        flat, offsets = _stop_rows(end_ids)
+        body[specs[c.STOP_WORDS].name] = flat + offsets
+    elif end_strings:
+        body[specs[c.STOP_WORDS].name] = end_strings
+    return body
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def requested_outputs(contract: c.Contract, *, num_sequences: int = 1, stream: bool = True) -> list[str]:
@@ -324,6 +413,56 @@ def parse_response(response: Any) -> ParsedResponse:
     elif text_raw is not None:
         text = b"".join(_bytes_elements(text_raw))
     return ParsedResponse(index, ids, text, n_out, n_in, final, False, log_probs, logits, reused)
+
+
+def _flat(value: Any) -> tuple[int, ...]:
+    # A one-element tensor is a bare number in the generate extension's JSON, a larger one a list.
+    if isinstance(value, list):
+        if value and isinstance(value[0], list):
+            return tuple(v for row in value for v in row)
+        return tuple(value)
+    return (value,)
+
+
+def _one(value: Any) -> Any:
+    return value[0] if isinstance(value, list) else value
+
+
+def parse_json_response(obj: dict[str, Any], *, whole: bool) -> ParsedResponse:
+    """Read one event of Triton's HTTP generate_stream (one streamed step, or the whole result
+    when `whole`): the same reading as `parse_response`, from the JSON Triton writes for every
+    output (names as keys, a one-element tensor as a bare value, strings as JSON strings)."""
+    raw_ids = obj.get(c.OUTPUT_IDS)
+    raw_text = obj.get(c.TEXT_OUTPUT)
+    n_out = obj.get(c.NUM_OUTPUT_TOKENS)
+    if raw_ids is None and raw_text is None and n_out is None:
+        return ParsedResponse(0, None, None, None, None, False, True)
+    ids: tuple[int, ...] | None = None
+    text: bytes | None = None
+    if raw_ids is not None:
+        ids = _flat(raw_ids)
+        seq_len = obj.get(c.SEQUENCE_LENGTH)
+        if whole and seq_len is not None:
+            # output_ids is [1, beam, padded tokens]: only the first sequence_length are real.
+            ids = ids[: _one(seq_len)]
+    elif raw_text is not None:
+        text = (raw_text if isinstance(raw_text, str) else "".join(raw_text)).encode()
+    index = obj.get(c.SEQUENCE_INDEX)
+    n_in = obj.get(c.NUM_INPUT_TOKENS)
+    log_probs = obj.get(c.OUTPUT_LOG_PROBS)
+    reused = obj.get(c.KV_CACHE_REUSED_BLOCKS)
+    return ParsedResponse(
+        0 if index is None else _one(index),
+        ids,
+        text,
+        None if n_out is None else _one(n_out),
+        None if n_in is None else _one(n_in),
+        False,
+        False,
+        None if log_probs is None else tuple(float(v) for v in _flat(log_probs)),
+        None,
+        None if reused is None else _one(reused),
+    )
 
 
 def token_logprobs(parsed: ParsedResponse, ids: tuple[int, ...] | None, top: int) -> tuple[TokenLogprob, ...]:

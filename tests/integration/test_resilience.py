@@ -33,15 +33,20 @@ def synthetic_repository(root: Path, tokenizer_dir: Path) -> Path:
     return render_repository(root, backend="cpu", variant="current", variables=variables)
 
 
-def gateway_args(*urls: str, tokenizer_dir: Path) -> list[str]:
+def gateway_args(*tritons: TritonServer | TritonStack | tuple[str, str], tokenizer_dir: Path) -> list[str]:
+    """Each Triton by its gRPC and HTTP endpoints: generation streams over HTTP, as `make bench`
+    and `gateway dev` set it up (the gRPC-only transport is what the other integration tests use)."""
     args = [
         "--log-level",
         "warning",
         "--model",
         f"name=syn,tokenizer={tokenizer_dir},triton_model={PREFIX}ensemble,route=ensemble",
     ]
-    for url in urls:
-        args += ["--triton-url", url]
+    for triton in tritons:
+        grpc_url, http_url = triton if isinstance(triton, tuple) else (triton.grpc_url, triton.http_url)
+        args += ["--triton-url", grpc_url]
+        if http_url:  # "": gRPC only
+            args += ["--triton-http-url", http_url]
     return args
 
 
@@ -82,7 +87,7 @@ async def test_killing_triton_ends_every_open_stream_with_an_error_and_the_gatew
     server, repo = private_triton
     tokenizer_dir = triton_stack.models["bpe_synthetic"].tokenizer_dir
     ports = (server.grpc_port, server.http_port, server.metrics_port)
-    with GatewayProcess(gateway_args(server.grpc_url, tokenizer_dir=tokenizer_dir)) as gw:
+    with GatewayProcess(gateway_args(server, tokenizer_dir=tokenizer_dir)) as gw:
         url = gw.base_url + "/v1/completions"
         async with httpx.AsyncClient(timeout=60) as client:
             started = [asyncio.Event() for _ in range(20)]
@@ -131,10 +136,15 @@ async def test_killing_triton_ends_every_open_stream_with_an_error_and_the_gatew
                 restarted.stop()
 
 
-async def test_two_hundred_dropped_streams_leave_nothing_running(triton_stack: TritonStack) -> None:
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+async def test_two_hundred_dropped_streams_leave_nothing_running(
+    triton_stack: TritonStack, transport: str
+) -> None:
     model = triton_stack.models["bpe_synthetic"]
     labels = {"request_type": "active", "model": model.engine, "version": "1"}
-    with GatewayProcess(gateway_args(triton_stack.grpc_url, tokenizer_dir=model.tokenizer_dir)) as gw:
+    triton = triton_stack if transport == "http" else (triton_stack.grpc_url, "")
+    args = gateway_args(triton, tokenizer_dir=model.tokenizer_dir)
+    with GatewayProcess(args) as gw:
         url = gw.base_url + "/v1/completions"
         limits = httpx.Limits(max_connections=300)
         async with httpx.AsyncClient(timeout=60, limits=limits) as client:
@@ -164,9 +174,7 @@ async def test_with_two_tritons_and_one_stopped_every_request_succeeds(
 ) -> None:
     second, _ = private_triton
     tokenizer_dir = triton_stack.models["bpe_synthetic"].tokenizer_dir
-    with GatewayProcess(
-        gateway_args(second.grpc_url, triton_stack.grpc_url, tokenizer_dir=tokenizer_dir)
-    ) as gw:
+    with GatewayProcess(gateway_args(second, triton_stack, tokenizer_dir=tokenizer_dir)) as gw:
         second.stop()
         async with httpx.AsyncClient(timeout=60) as client:
             body = {"model": "syn", "prompt": "hi", "max_tokens": 4, "ignore_eos": True}
@@ -191,7 +199,7 @@ async def test_sigterm_lets_short_streams_finish_and_cancels_long_ones_after_the
     model = triton_stack.models["bpe_synthetic"]
     labels = {"request_type": "active", "model": model.engine, "version": "1"}
     args = [
-        *gateway_args(triton_stack.grpc_url, tokenizer_dir=model.tokenizer_dir),
+        *gateway_args(triton_stack, tokenizer_dir=model.tokenizer_dir),
         "--shutdown-grace-s",
         "2",
     ]
@@ -219,7 +227,7 @@ async def test_sigterm_lets_short_streams_finish_and_cancels_long_ones_after_the
 
 async def test_several_workers_share_the_port_and_one_metrics_view(triton_stack: TritonStack) -> None:
     model = triton_stack.models["bpe_synthetic"]
-    args = [*gateway_args(triton_stack.grpc_url, tokenizer_dir=model.tokenizer_dir), "--workers", "2"]
+    args = [*gateway_args(triton_stack, tokenizer_dir=model.tokenizer_dir), "--workers", "2"]
     with GatewayProcess(args) as gw:
         async with httpx.AsyncClient(timeout=60) as client:
             body = {"model": "syn", "prompt": "hi", "max_tokens": 3, "ignore_eos": True}
@@ -240,7 +248,8 @@ async def test_with_triton_down_at_start_up_the_gateway_starts_and_answers_503(t
     from deploy.tiny_model import build_tiny_model
     from tests.support.gateway_process import free_port
 
-    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    port = free_port()  # nothing listens there
+    dead = (f"127.0.0.1:{port}", f"http://127.0.0.1:{port}")
     gw = GatewayProcess(gateway_args(dead, tokenizer_dir=build_tiny_model("bpe"))).start(wait="/health")
     try:
         async with httpx.AsyncClient(timeout=30) as client:

@@ -37,9 +37,12 @@ def served_name(key: str, route: str) -> str:
     return key if route == "default" else f"{key}-ensemble"
 
 
-@pytest.fixture(scope="module")
-def gateway(triton_stack: TritonStack) -> Iterator[GatewayProcess]:
+# Generation over gRPC ModelStreamInfer (no --triton-http-url) and over HTTP generate_stream.
+@pytest.fixture(scope="module", params=["grpc", "http"])
+def gateway(request: pytest.FixtureRequest, triton_stack: TritonStack) -> Iterator[GatewayProcess]:
     args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning"]
+    if request.param == "http":
+        args += ["--triton-http-url", triton_stack.http_url]
     for key, route in CASES:
         m = triton_stack.models[key]
         # As the README configures a model: a name, a tokenizer (and the prefixed ensemble's name).

@@ -91,6 +91,23 @@ def test_grpc_targets_are_accepted_as_triton_urls(url: str) -> None:
     assert Settings(triton_url=[url]).triton_url == [url]
 
 
+def test_triton_http_urls_pair_with_the_grpc_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_TRITON_URL", "a:8001,b:8001")
+    monkeypatch.setenv("GATEWAY_TRITON_HTTP_URL", "http://a:8000/, HTTP://b:8000")
+    assert Settings().triton_http_url == ["http://a:8000", "http://b:8000"]
+    monkeypatch.setenv("GATEWAY_TRITON_HTTP_URL", "http://a:8000")
+    with pytest.raises(ValueError, match="one HTTP URL per Triton"):
+        Settings()
+    monkeypatch.delenv("GATEWAY_TRITON_HTTP_URL")
+    assert Settings().triton_http_url == []
+
+
+@pytest.mark.parametrize("url", ["a:8000", "grpc://a:8001", "http://a", "http://a:99999"])
+def test_a_triton_http_url_needs_a_scheme_host_and_port(url: str) -> None:
+    with pytest.raises(ValueError, match="http://HOST:PORT"):
+        Settings(triton_http_url=[url])
+
+
 def test_a_state_url_keeps_stored_responses_there_unless_a_store_is_chosen(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
