@@ -13,6 +13,7 @@ does for a cancelled gRPC call: Triton passes neither on to an ensemble's compos
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
@@ -82,6 +83,12 @@ class TritonHttp:
                 buffer = buffer + chunk if buffer else chunk
                 start = 0
                 while (end := buffer.find(_SEPARATOR, start)) >= 0:
+                    if start:
+                        # Several events in one read: the gateway is behind Triton. Let the
+                        # other streams (and a client's disconnect) run between them, as a gRPC
+                        # read does between messages; otherwise a cancelled stream works through
+                        # its whole buffered backlog first, and so does every other stream.
+                        await asyncio.sleep(0)
                     event = buffer[start:end]
                     start = end + 2
                     # One `data:` line per event (Triton writes no other field, and no comments).

@@ -139,6 +139,7 @@ class Scripted:
         self.bodies: list[dict] = []
         self.headers: list[dict[str, str]] = []
         self.closed = asyncio.Event()
+        self.released = asyncio.Event()  # set at the end of the test: open streams may end
 
     async def generate_stream(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -153,6 +154,11 @@ class Scripted:
         await response.prepare(request)
         if model == "failing":
             await response.write(b'data: {"output_ids":1}\n\ndata: {"error":"engine failed"}\n\n')
+            return response
+        if model == "backlog":
+            # A reader far behind Triton: a thousand events already buffered, then nothing more.
+            await response.write(b"".join(b'data: {"output_ids":%d}\n\n' % t for t in range(1000)))
+            await self.released.wait()
             return response
         if model == "endless":
             try:
@@ -180,6 +186,7 @@ async def served() -> AsyncIterator[tuple[Scripted, str]]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     yield scripted, f"http://127.0.0.1:{port}"
+    scripted.released.set()
     await runner.cleanup()
 
 
@@ -236,6 +243,33 @@ async def test_leaving_a_stream_early_closes_its_connection(served) -> None:
         await asyncio.wait_for(scripted.closed.wait(), 10)
     finally:
         await http.close()
+
+
+async def test_a_stream_behind_triton_lets_other_tasks_run_between_buffered_events(served) -> None:
+    # As a gRPC read does between messages: otherwise a stream whose client has gone works through
+    # its whole backlog before its cancellation arrives (the consumer here never waits, as writing
+    # to a disconnected client does not), and every other stream waits for it.
+    _, url = served
+    http = TritonHttp(url, timeout_s=5)
+    consumed = 0
+    first = asyncio.Event()
+
+    async def consume() -> None:
+        nonlocal consumed
+        async with contextlib.aclosing(http.generate_stream("backlog", {})) as events:
+            async for _ in events:
+                consumed += 1
+                first.set()
+
+    try:
+        task = asyncio.create_task(consume())
+        await first.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await http.close()
+    assert consumed < 5
 
 
 async def test_an_endpoint_that_refuses_connections_is_a_connection_failure() -> None:
