@@ -83,9 +83,7 @@ def test_a_tally_in_multiprocess_mode_gives_what_observing_gives(
 
         values.ValueClass = values.get_value_class()
         try:
-            child = Histogram(
-                "gap_seconds", "gaps", buckets=TOKEN_GAP_BUCKETS, registry=CollectorRegistry()
-            )
+            child = Histogram("gap_seconds", "gaps", buckets=TOKEN_GAP_BUCKETS, registry=CollectorRegistry())
             tally = HistogramTally(child)
             for value in _gaps():
                 if tallied:
