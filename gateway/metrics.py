@@ -7,6 +7,7 @@ aggregates every worker through prometheus_client's multiprocess collector.
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from dataclasses import dataclass
@@ -198,17 +199,74 @@ class GatewayMetrics:
         return generate_latest(self.registry)
 
 
-class RequestTimer:
-    """Times one generation request: TTFT at the first text, gaps between texts, TPOT, end to end."""
+class HistogramTally:
+    """Observations of one histogram series, counted in the request and added to the series in
+    one step (`flush`). A histogram's `observe` takes two locks and walks its buckets; once per
+    streamed token that was the largest cost of the gateway's own per-token path, and a tally's
+    `add` is one bisect. Bucket counts come out exactly as from `observe`; the sum can differ in
+    its last bits (floats added in another order).
 
-    __slots__ = ("_first", "_last", "_model", "_series", "_start")
+    Reads prometheus_client's histogram child (`_upper_bounds`, `_buckets`, `_sum`: the pinned
+    version's layout, the same in its multiprocess mode); a child without them gets each value
+    through `observe` at the flush."""
+
+    __slots__ = ("_counts", "_series", "_sum", "_values")
+
+    def __init__(self, series: Any) -> None:
+        self._series = series
+        self._sum = 0.0
+        self._values: list[float] | None = None
+        bounds = getattr(series, "_upper_bounds", None)
+        if bounds is None or not hasattr(series, "_buckets") or not hasattr(series, "_sum"):
+            self._values = []
+            self._counts: list[int] = []
+        else:
+            self._counts = [0] * len(bounds)
+
+    def add(self, value: float) -> None:
+        if self._values is not None:
+            self._values.append(value)
+            return
+        # observe() puts a value in the first bucket whose bound is >= it: bisect_left's index.
+        self._counts[bisect.bisect_left(self._series._upper_bounds, value)] += 1
+        self._sum += value
+
+    def flush(self) -> None:
+        series = self._series
+        if self._values is not None:
+            for value in self._values:
+                series.observe(value)
+            self._values.clear()
+            return
+        counts = self._counts
+        if not any(counts):
+            return
+        series._sum.inc(self._sum)
+        for i, n in enumerate(counts):
+            if n:
+                series._buckets[i].inc(n)
+                counts[i] = 0
+        self._sum = 0.0
+
+
+class RequestTimer:
+    """Times one generation request: TTFT at the first text, gaps between texts, TPOT, end to end.
+
+    The gaps are tallied in the request and flushed into the histogram at most every
+    FLUSH_S seconds and when the request ends (`close`), so a scrape sees them that late at most."""
+
+    FLUSH_S = 1.0
+
+    __slots__ = ("_first", "_flushed", "_itl", "_last", "_model", "_series", "_start")
 
     def __init__(self, metrics: GatewayMetrics | None, model: str) -> None:
         self._model = model
         self._series = metrics.model(model) if metrics is not None else None
+        self._itl = HistogramTally(self._series.itl) if self._series is not None else None
         self._start = time.perf_counter()
         self._first: float | None = None
         self._last = 0.0
+        self._flushed = self._start
 
     def text(self) -> None:
         now = time.perf_counter()
@@ -216,11 +274,20 @@ class RequestTimer:
             self._first = now
             if self._series is not None:
                 self._series.ttft.observe(now - self._start)
-        elif self._series is not None:
-            self._series.itl.observe(now - self._last)
+        elif self._itl is not None:
+            self._itl.add(now - self._last)
+            if now - self._flushed >= self.FLUSH_S:
+                self._flushed = now
+                self._itl.flush()
         self._last = now
 
+    def close(self) -> None:
+        """The request ended, however it did: the gaps still tallied go to the histogram."""
+        if self._itl is not None:
+            self._itl.flush()
+
     def done(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.close()
         record = current_request.get()
         if record is not None:
             record.model = self._model

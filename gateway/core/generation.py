@@ -328,6 +328,7 @@ async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> A
         raise
     finally:
         await merged.aclose()  # type: ignore[attr-defined]
+        timer.close()
         span.end()
     if any(g.totals.stopped_early for g in prepared.generations):
         _count(metrics, cancelled="finished_early")

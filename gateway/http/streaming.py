@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
 from fastapi import Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Message, Receive, Scope, Send
@@ -18,6 +20,8 @@ from gateway.errors import ClientDisconnectedError, InvalidRequestError
 from gateway.http.services import service
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 TIMEOUT_HEADER = "x-request-timeout"
 
@@ -54,9 +58,11 @@ class _EventStream(EventSourceResponse):
     response's own set-up runs; the response closes the started events however it ends, so a
     client gone before the first byte still cancels Triton.
 
-    sse-starlette wraps every send in an anyio cancel scope, even with no send timeout; at one
-    event per token that scope is a measurable share of the gateway's CPU, so it is skipped when
-    no timeout is set (the pinned sse-starlette's `_send_with_timeout` contract)."""
+    sse-starlette wraps every send in an anyio cancel scope, even with no send timeout, and passes
+    every event through its own type checks, a copy and a debug log call; at one event per token
+    that is a measurable share of the gateway's CPU, so with no send timeout the events (finished
+    bytes) are sent as they are (the pinned sse-starlette's `_send_with_timeout` and
+    `_stream_response` contracts; the failure path is its own)."""
 
     def __init__(self, events: Started[bytes], **options: Any) -> None:
         self._events = events
@@ -67,6 +73,29 @@ class _EventStream(EventSourceResponse):
             await send(message)
         else:
             await super()._send_with_timeout(send, message)
+
+    async def _stream_response(self, send: Send) -> None:
+        if self.send_timeout is not None:
+            await super()._stream_response(send)
+            return
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self._events:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except BaseException:
+            # As sse-starlette does: the events are closed (which cancels the Triton request)
+            # before the error escapes, within its clean-up time.
+            with anyio.move_on_after(self._cleanup_timeout, shield=True) as cleanup:
+                try:
+                    await self._events.aclose()
+                except Exception:
+                    logger.exception("closing the event stream after a failed send failed")
+            if cleanup.cancel_called:
+                logger.warning("event stream clean-up cut short after %s s", self._cleanup_timeout)
+            raise
+        async with self._send_lock:
+            self.active = False
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gateway.text.tokenizer import Tokenizer
 
 REPLACEMENT_CHAR = "\ufffd"
+_utf8_decode = codecs.utf_8_decode
 
 
 class Decoder(Protocol):
@@ -169,10 +170,12 @@ class Utf8TextAssembler:
     the prompt's decoding; those bytes are cut where they are found at the start.
     """
 
-    __slots__ = ("_decoder", "_prefix")
+    __slots__ = ("_pending", "_prefix")
 
     def __init__(self, strip_prefix: bytes = b"") -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        # What codecs' incremental UTF-8 decoder does, without its Python method around the C
+        # decoder: this runs once per streamed token. `_pending` is an unfinished character's bytes.
+        self._pending = b""
         self._prefix = strip_prefix
 
     def push_ids(self, ids: Sequence[int]) -> str:
@@ -184,7 +187,12 @@ class Utf8TextAssembler:
             if data.startswith(self._prefix):
                 data = data[len(self._prefix) :]
             self._prefix = b""
-        return self._decoder.decode(data, final=False)
+        if self._pending:
+            data = self._pending + data
+        text, used = _utf8_decode(data, "replace", False)
+        self._pending = data[used:] if used < len(data) else b""
+        return text
 
     def flush(self) -> str:
-        return self._decoder.decode(b"", final=True)
+        data, self._pending = self._pending, b""
+        return _utf8_decode(data, "replace", True)[0]

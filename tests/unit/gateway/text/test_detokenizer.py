@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import itertools
 from pathlib import Path
 
@@ -151,6 +152,21 @@ def test_utf8_assembler_is_exact_for_any_byte_split(data: st.DataObject, text: s
     bounds = [0, *cuts, len(raw)]
     out = "".join(asm.push_bytes(raw[a:b]) for a, b in itertools.pairwise(bounds)) + asm.flush()
     assert out == raw.decode("utf-8", errors="replace")
+
+
+@settings(max_examples=120, deadline=None)
+@given(data=st.data(), raw=st.binary(max_size=40))
+def test_utf8_assembler_decodes_any_bytes_as_codecs_incremental_decoder_does(
+    data: st.DataObject, raw: bytes
+) -> None:
+    # Invalid and cut-off sequences included: the same replacement characters in the same places.
+    cuts = split_points(data, len(raw))
+    bounds = [0, *cuts, len(raw)]
+    asm = Utf8TextAssembler()
+    reference = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for a, b in itertools.pairwise(bounds):
+        assert asm.push_bytes(raw[a:b]) == reference.decode(raw[a:b], final=False)
+    assert asm.flush() == reference.decode(b"", final=True)
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
