@@ -9,14 +9,25 @@ as `make bench` does. The load comes from `--load-processes` processes (one Pyth
 streams about 10k tokens/s, less than eight workers serve), which start and end their measured
 window together.
 
+How it is measured (each an option, the default first): the gateway streams over Triton's HTTP
+generate_stream (`--transport http|grpc`); workers, Triton and the load generator are pinned to
+disjoint cpus, a physical core per worker where SMT allows (`--placement auto|off`,
+`loadtest/placement.py`); the load generator opens a new connection per request, as many clients do,
+so SO_REUSEPORT spreads requests rather than a few long-lived connections
+(`--connections fresh|keep-alive`). Besides the issue's cells, a matched-load view gives each worker
+the same number of streams (`--per-worker-concurrency`, default 4 and 8), so CPU per token is
+compared at equal load per worker; it is an added view, not the issue's targets.
+
 Per cell: output tokens/s, TTFT p50/p99, time per output token (TPOT) p50, the gateway's CPU per
-streamed token (all its processes, from /proc) and each worker's cores. A cell whose TPOT p50 exceeds
-1.2 x the engine step while no worker is saturated is marked "Triton-bound" and not counted as a
-gateway figure; one whose busiest worker uses a whole core is "gateway-bound" (the gateway's
-capacity); the rest are "engine-paced" (the gateway kept up). The scaling verdicts, 1 against 8
-workers: CPU per token within 1.2x, and tokens per gateway core >= 0.8x (linear scaling of capacity;
-raw throughput cannot scale linearly where 8 workers outrun the engine's fixed step).
-Writes results/host-<timestamp>/ (bench_host.md, .csv, .json, bench_host.png) and prints the table.
+streamed token (all its processes, from /proc), each worker's cores and client connections. A cell
+whose TPOT p50 exceeds 1.2 x the engine step while no worker is saturated is marked "Triton-bound",
+one whose load generator used (nearly) all the cores it can "load-generator-bound"; neither is
+counted as a gateway figure. One whose busiest worker uses a whole core is "gateway-bound" (the
+gateway's capacity); the rest are "engine-paced" (the gateway kept up). The scaling verdicts, 1
+against 8 workers on the issue's cells: CPU per token within 1.2x, and tokens per gateway core >=
+0.8x (linear scaling of capacity; raw throughput cannot scale linearly where 8 workers outrun the
+engine's fixed step). Writes results/host-<timestamp>/ (bench_host.md, .csv, .json, bench_host.png)
+and prints the report.
 """
 
 from __future__ import annotations
@@ -531,15 +542,15 @@ def place(plan: CpuPlan, stack: HostStack, pool: LoadPool, gateways: Sequence[Ga
     """Pin Triton (with its backend stubs), the load generator (and this process, which reads the
     counters) and each gateway: worker i of every gateway on plan.workers[i], the supervisor on their
     union. The gateways are measured one at a time, so their workers may share the cpus."""
-    for pid in stack.triton_pids:
-        placement.pin_tree(pid, plan.triton)
-    for pid in pool.pids:
-        placement.pin_tree(pid, plan.loadgen, descendants=False)
+    triton = sum(placement.pin_tree(pid, plan.triton) for pid in stack.triton_pids)
+    loadgen = sum(placement.pin_tree(pid, plan.loadgen, descendants=False) for pid in pool.pids)
     placement.pin_tree(os.getpid(), plan.loadgen, descendants=False)
+    gateway = 0
     for gw in gateways:
         placement.pin_tree(gw.proc.pid, plan.gateway)
         for i, pid in enumerate(worker_pids(gw.proc.pid, gw.workers)):
-            placement.pin_tree(pid, plan.worker_cpus(i))
+            gateway += placement.pin_tree(pid, plan.worker_cpus(i))
+    log.info("pinned %d Triton, %d load-generator and %d worker threads", triton, loadgen, gateway)
 
 
 def run_host_bench(cfg: HostConfig, out: Path, cells: list[Cell], plan: CpuPlan | None = None) -> list[Cell]:

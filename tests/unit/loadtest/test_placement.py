@@ -89,8 +89,9 @@ def test_too_few_cpus_are_refused_or_shared() -> None:
 def test_pin_tree_pins_every_thread_of_a_process_and_its_children() -> None:
     cpu = max(os.sched_getaffinity(0))
     code = (
-        "import subprocess, sys, threading, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], stdin=subprocess.PIPE)\n"
+        "import subprocess, sys, threading\n"
+        "cmd = [sys.executable, '-c', 'import sys; sys.stdin.read()']\n"
+        "child = subprocess.Popen(cmd, stdin=subprocess.PIPE)\n"
         "threading.Thread(target=sys.stdin.read, daemon=True).start()\n"
         "print(child.pid, flush=True)\n"
         "sys.stdin.read()\n"
