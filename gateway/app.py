@@ -27,6 +27,7 @@ from gateway.http.middleware import (
     AdmissionMiddleware,
     ApiKeyMiddleware,
     BodySizeMiddleware,
+    ConnectionRequestLimit,
     ObservabilityMiddleware,
 )
 from gateway.http.ratelimit import RateLimitMiddleware
@@ -248,6 +249,8 @@ def create_app(
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["*"],
         )
+    if settings.keep_alive_requests:
+        app.add_middleware(ConnectionRequestLimit, max_requests=settings.keep_alive_requests)
     paths = frozenset(getattr(r, "path", "") for r in app.routes)
     app.add_middleware(
         ObservabilityMiddleware,

@@ -312,6 +312,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Idle HTTP keep-alive, longer than clients' pool idle time (no reuse of a closing one).",
     )
+    keep_alive_requests: int = Field(
+        default=0,
+        ge=0,
+        description="Close a client connection after this many requests on it (0: never), so that "
+        "SO_REUSEPORT workers get reconnecting clients anew rather than keep the long-lived "
+        "connections they first got (a load balancer's pool).",
+    )
     shutdown_grace_s: float = Field(
         default=30.0, ge=0, description="On SIGTERM, how long open streams may run before they are cancelled."
     )

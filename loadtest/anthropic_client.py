@@ -36,7 +36,10 @@ class AnthropicTarget:
         api_key: str | None = None,
         timeout: float = 300.0,
         name: str = "messages",
+        fresh_connections: bool = False,
     ) -> None:
+        # A new connection per request (loadtest.target.http_session), for a benchmark of many clients.
+        self._fresh_connections = fresh_connections
         self.name = name
         self._model = model
         self._workload = workload
@@ -48,7 +51,9 @@ class AnthropicTarget:
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self, max_concurrency: int) -> None:
-        self._session = http_session(max_concurrency, self._timeout)
+        self._session = http_session(
+            max_concurrency, self._timeout, fresh_connections=self._fresh_connections
+        )
 
     async def aclose(self) -> None:
         if self._session is not None:

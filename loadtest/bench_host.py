@@ -9,14 +9,25 @@ as `make bench` does. The load comes from `--load-processes` processes (one Pyth
 streams about 10k tokens/s, less than eight workers serve), which start and end their measured
 window together.
 
+How it is measured (each an option, the default first): the gateway streams over Triton's HTTP
+generate_stream (`--transport http|grpc`); workers, Triton and the load generator are pinned to
+disjoint cpus, a physical core per worker where SMT allows (`--placement auto|off`,
+`loadtest/placement.py`); the load generator opens a new connection per request, as many clients do,
+so SO_REUSEPORT spreads requests rather than a few long-lived connections
+(`--connections fresh|keep-alive`). Besides the issue's cells, a matched-load view gives each worker
+the same number of streams (`--per-worker-concurrency`, default 4 and 8), so CPU per token is
+compared at equal load per worker; it is an added view, not the issue's targets.
+
 Per cell: output tokens/s, TTFT p50/p99, time per output token (TPOT) p50, the gateway's CPU per
-streamed token (all its processes, from /proc) and each worker's cores. A cell whose TPOT p50 exceeds
-1.2 x the engine step while no worker is saturated is marked "Triton-bound" and not counted as a
-gateway figure; one whose busiest worker uses a whole core is "gateway-bound" (the gateway's
-capacity); the rest are "engine-paced" (the gateway kept up). The scaling verdicts, 1 against 8
-workers: CPU per token within 1.2x, and tokens per gateway core >= 0.8x (linear scaling of capacity;
-raw throughput cannot scale linearly where 8 workers outrun the engine's fixed step).
-Writes results/host-<timestamp>/ (bench_host.md, .csv, .json, bench_host.png) and prints the table.
+streamed token (all its processes, from /proc), each worker's cores and client connections. A cell
+whose TPOT p50 exceeds 1.2 x the engine step while no worker is saturated is marked "Triton-bound",
+one whose load generator used (nearly) all the cores it can "load-generator-bound"; neither is
+counted as a gateway figure. One whose busiest worker uses a whole core is "gateway-bound" (the
+gateway's capacity); the rest are "engine-paced" (the gateway kept up). The scaling verdicts, 1
+against 8 workers on the issue's cells: CPU per token within 1.2x, and tokens per gateway core >=
+0.8x (linear scaling of capacity; raw throughput cannot scale linearly where 8 workers outrun the
+engine's fixed step). Writes results/host-<timestamp>/ (bench_host.md, .csv, .json, bench_host.png)
+and prints the report.
 """
 
 from __future__ import annotations
@@ -41,8 +52,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from loadtest import procstat
+from loadtest import placement, procstat
 from loadtest.metrics import RequestRecord, RunSummary, summarize
+from loadtest.placement import CpuPlan, PlacementError, physical_cores, plan_cpus
 from loadtest.subproc import free_port, spawn_logged, stop_process, wait_http_ready
 from loadtest.workload import Endpoint, Prompt, Workload, synthetic_prompts
 
@@ -51,6 +63,10 @@ log = logging.getLogger(__name__)
 # A worker busier than this is taken as saturated (an event loop has one core; /proc's ticks and the
 # window's edges make a pegged loop read a little under 1.0).
 SATURATED_CORES = 0.85
+CONNECTION_LABELS = {
+    "fresh": "a new connection per request (as many clients do)",
+    "keep-alive": "keep-alive connections, one per stream",
+}
 API_LABELS = {
     "completions": "completions",
     "chat": "chat completions",
@@ -76,6 +92,13 @@ class HostConfig:
     repeats: int = 3
     bound_factor: float = 1.2
     engine_mode: str = "synthetic"
+    # The matched-load view (an added view, not the issue's cells): each worker carries this many
+    # streams, so 1..8 workers are compared at the same load per worker.
+    per_worker_concurrencies: tuple[int, ...] = (4, 8)
+    transport: str = "http"  # the gateway's Triton hot path: HTTP generate_stream, or "grpc"
+    connections: str = "fresh"  # the load generator: a new connection per request, or "keep-alive"
+    placement: str = "auto"  # disjoint cpus for workers, Triton and the load generator, or "off"
+    loadgen_cpus: int = 0  # cpus for the load generator when placed (0: an eighth of the host's, >= 1)
     gateway_extra_args: tuple[str, ...] = ()
     label: str = ""  # what this run is, in the report's title (e.g. "--worker-sockets shared")
     out_dir: str = ""
@@ -95,6 +118,7 @@ class HostConfig:
             level_duration_s=6.0,
             requests_per_stream=8,
             repeats=1,
+            per_worker_concurrencies=(8,),
         )
 
 
@@ -116,10 +140,11 @@ def _load_child(conn: Connection, start: Any, end: Any) -> None:
             include_usage=True,
             endpoint=msg["endpoint"] if msg["endpoint"] != "messages" else "completions",
         )
+        fresh = msg["connections"] == "fresh"
         if msg["endpoint"] == "messages":
-            client: Any = AnthropicTarget(msg["base_url"], msg["model"], workload)
+            client: Any = AnthropicTarget(msg["base_url"], msg["model"], workload, fresh_connections=fresh)
         else:
-            client = OpenAITarget(msg["base_url"] + "/v1", msg["model"], workload)
+            client = OpenAITarget(msg["base_url"] + "/v1", msg["model"], workload, fresh_connections=fresh)
         await client.open(msg["concurrency"])
         try:
 
@@ -234,6 +259,7 @@ class HostStack:
     served_name: str = "bench"
     engine: str = "tensorrt_llm"
     ensemble: str = "ensemble"
+    http_urls: tuple[str, ...] = ()  # each Triton's HTTP endpoint, in grpc_urls' order
 
 
 @contextlib.contextmanager
@@ -259,11 +285,15 @@ def start_stack(cfg: HostConfig, workdir: Path) -> Iterator[HostStack]:
             tokenizer_dir=str(repo.model_dir),
             triton_pids=tuple(s.pid for s in servers if s.pid is not None),
             ensemble=repo.ensemble,
+            http_urls=tuple(s.http_url for s in servers),
         )
 
 
-def gateway_command(port: int, stack: HostStack, workers: int, extra: Sequence[str] = ()) -> list[str]:
-    """`gateway serve` on the engine route, given every Triton replica."""
+def gateway_command(
+    port: int, stack: HostStack, workers: int, extra: Sequence[str] = (), transport: str = "http"
+) -> list[str]:
+    """`gateway serve` on the engine route, given every Triton replica; with transport "http" its
+    streams go over Triton's HTTP generate_stream (--triton-http-url), else over gRPC."""
     spec = (
         f"name={stack.served_name},triton_model={stack.ensemble},tokenizer={stack.tokenizer_dir},"
         f"route=engine,engine_model={stack.engine}"
@@ -271,6 +301,11 @@ def gateway_command(port: int, stack: HostStack, workers: int, extra: Sequence[s
     cmd = [sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
     for url in stack.grpc_urls:
         cmd += ["--triton-url", url]
+    if transport == "http":
+        if len(stack.http_urls) != len(stack.grpc_urls):
+            raise ValueError("the HTTP transport needs every Triton's HTTP URL")
+        for url in stack.http_urls:
+            cmd += ["--triton-http-url", url]
     cmd += ["--model", spec, "--log-level", "warning", "--max-concurrent-requests", "4096"]
     if workers > 1:
         cmd += ["--workers", str(workers)]
@@ -305,6 +340,8 @@ class Cell:
     triton_cpu_s: float
     loadgen_cpu_s: float
     error: str | None = None
+    per_worker: int = 0  # > 0: a matched-load cell, `per_worker` streams per worker
+    worker_connections: tuple[float, ...] = ()  # connections each worker held, mean over the window
 
     @property
     def cpu_ms_per_token(self) -> float:
@@ -314,6 +351,40 @@ class Cell:
     @property
     def cores_per_worker(self) -> tuple[float, ...]:
         return tuple(c / self.window_s for c in self.worker_cpu_s) if self.window_s > 0 else ()
+
+
+class ConnectionSampler:
+    """How many client connections each worker holds, sampled every `interval_s` over the measured
+    window: with keep-alive, where the kernel hashed the load generator's connections; with a new
+    connection per request, each worker's share of the requests in flight."""
+
+    def __init__(self, pids: Sequence[int], port: int, interval_s: float = 0.5) -> None:
+        self.pids = list(pids)
+        self.port = port
+        self.interval_s = interval_s
+        self.samples: list[tuple[int, ...]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="connections", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append(procstat.connections(self.pids, self.port))
+            if self._stop.wait(self.interval_s):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def means(self) -> tuple[float, ...]:
+        if not self.samples:
+            return ()
+        return tuple(statistics.fmean(column) for column in zip(*self.samples, strict=True))
 
 
 def _cpu(pids: Sequence[int], children: bool) -> float:
@@ -331,11 +402,18 @@ def measure_cell(
     stack: HostStack,
     cfg: HostConfig,
     round_no: int,
+    *,
+    per_worker: int = 0,
 ) -> Cell:
     wpids = worker_pids(gateway_pid, workers)
     marks: dict[str, tuple[float, float, tuple[float, ...], float, float]] = {}
+    sampler = ConnectionSampler(wpids, int(base_url.rsplit(":", 1)[1]))
 
     def on_window(phase: str) -> None:
+        if phase == "start":
+            sampler.start()
+        else:
+            sampler.stop()
         marks[phase] = (
             time.monotonic(),
             _cpu([gateway_pid], True),
@@ -352,8 +430,9 @@ def measure_cell(
         "max_tokens": cfg.max_tokens,
         "prompts": list(prompts),
         "duration_s": cfg.level_duration_s,
+        "connections": cfg.connections,
     }
-    label = f"w={workers} {api} c={concurrency} r={round_no}"
+    label = f"w={workers} {api} c={concurrency}{f' ({per_worker}/worker)' if per_worker else ''} r={round_no}"
     timeout = cfg.level_duration_s * 6 + 120
     try:
         records = pool.run(
@@ -367,6 +446,8 @@ def measure_cell(
         error = None if "end" in marks else "the load processes did not finish together"
     except RuntimeError as exc:
         records, error = [], str(exc)
+    finally:
+        sampler.stop()
     if "start" not in marks or "end" not in marks:
         empty = summarize([], label=label, mode="concurrency", load=concurrency, duration_s=0.0)
         return Cell(
@@ -381,6 +462,7 @@ def measure_cell(
             math.nan,
             math.nan,
             error or "no measured window",
+            per_worker,
         )
     (t0, g0, w0, tr0, l0), (t1, g1, w1, tr1, l1) = marks["start"], marks["end"]
     window = t1 - t0
@@ -397,15 +479,19 @@ def measure_cell(
         triton_cpu_s=tr1 - tr0,
         loadgen_cpu_s=l1 - l0,
         error=error,
+        per_worker=per_worker,
+        worker_connections=sampler.means(),
     )
     log.info(
-        "%-28s %7.0f tok/s  TTFT p50 %6.1f ms  TPOT p50 %5.2f ms  CPU %.3f ms/tok  cores/worker %s%s",
+        "%-40s %7.0f tok/s  TTFT p50 %6.1f ms  TPOT p50 %5.2f ms  CPU %.3f ms/tok  cores/worker %s"
+        "  conns/worker %s%s",
         label,
         summary.output_tokens_per_s,
         summary.ttft.p50 * 1000,
         summary.tpot.p50 * 1000,
         cell.cpu_ms_per_token,
         " ".join(f"{c:.2f}" for c in cell.cores_per_worker),
+        " ".join(f"{n:.1f}" for n in cell.worker_connections),
         f"  errors {dict(summary.errors)}" if summary.errors else "",
     )
     return cell
@@ -419,7 +505,9 @@ class Gateway:
     log_path: Path
 
 
-def start_gateway(stack: HostStack, workers: int, workdir: Path, extra: Sequence[str] = ()) -> Gateway:
+def start_gateway(
+    stack: HostStack, workers: int, workdir: Path, extra: Sequence[str] = (), transport: str = "http"
+) -> Gateway:
     port = free_port()
     log_path = workdir / f"gateway-w{workers}.log"
     env = {
@@ -428,7 +516,7 @@ def start_gateway(stack: HostStack, workers: int, workdir: Path, extra: Sequence
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    proc = spawn_logged(gateway_command(port, stack, workers, extra), log_path, env)
+    proc = spawn_logged(gateway_command(port, stack, workers, extra, transport), log_path, env)
     return Gateway(workers, f"http://127.0.0.1:{port}", proc, log_path)
 
 
@@ -436,13 +524,43 @@ class Interrupted(Exception):
     """SIGTERM or SIGINT: stop measuring, report the cells measured so far."""
 
 
-def run_host_bench(cfg: HostConfig, out: Path, cells: list[Cell]) -> list[Cell]:
+def cpu_plan(cfg: HostConfig) -> tuple[CpuPlan | None, str]:
+    """The layout `make bench-host` pins its processes to, or None with the reason it runs unpinned."""
+    if cfg.placement == "off":
+        return None, "not pinned (--placement off): the scheduler places every process"
+    cores = physical_cores()
+    total = sum(len(c) for c in cores)
+    loadgen = cfg.loadgen_cpus or max(1, total // 8)
+    try:
+        plan = plan_cpus(cores, max(cfg.workers), loadgen)
+    except PlacementError as exc:
+        return None, f"not pinned: {exc}"
+    return plan, plan.describe()
+
+
+def place(plan: CpuPlan, stack: HostStack, pool: LoadPool, gateways: Sequence[Gateway]) -> None:
+    """Pin Triton (with its backend stubs), the load generator (and this process, which reads the
+    counters) and each gateway: worker i of every gateway on plan.workers[i], the supervisor on their
+    union. The gateways are measured one at a time, so their workers may share the cpus."""
+    triton = sum(placement.pin_tree(pid, plan.triton) for pid in stack.triton_pids)
+    loadgen = sum(placement.pin_tree(pid, plan.loadgen, descendants=False) for pid in pool.pids)
+    placement.pin_tree(os.getpid(), plan.loadgen, descendants=False)
+    gateway = 0
+    for gw in gateways:
+        placement.pin_tree(gw.proc.pid, plan.gateway)
+        for i, pid in enumerate(worker_pids(gw.proc.pid, gw.workers)):
+            gateway += placement.pin_tree(pid, plan.worker_cpus(i))
+    log.info("pinned %d Triton, %d load-generator and %d worker threads", triton, loadgen, gateway)
+
+
+def run_host_bench(cfg: HostConfig, out: Path, cells: list[Cell], plan: CpuPlan | None = None) -> list[Cell]:
     """Measure into `cells` (which keeps what was measured when the run is interrupted)."""
     workdir = out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     with start_stack(cfg, workdir) as stack:
         prompts = synthetic_prompts(
-            max(cfg.concurrencies) * (cfg.requests_per_stream + cfg.warmup_per_stream),
+            max([*cfg.concurrencies, *(k * max(cfg.workers) for k in cfg.per_worker_concurrencies)])
+            * (cfg.requests_per_stream + cfg.warmup_per_stream),
             cfg.prompt_tokens,
             seed=1,
             tokenizer_dir=stack.tokenizer_dir,
@@ -450,9 +568,13 @@ def run_host_bench(cfg: HostConfig, out: Path, cells: list[Cell]) -> list[Cell]:
         pool = LoadPool(cfg.load_processes)
         gateways: list[Gateway] = []
         try:
-            gateways = [start_gateway(stack, w, workdir, cfg.gateway_extra_args) for w in cfg.workers]
+            gateways = [
+                start_gateway(stack, w, workdir, cfg.gateway_extra_args, cfg.transport) for w in cfg.workers
+            ]
             for gw in gateways:
                 wait_http_ready(gw.proc, gw.base_url + "/health/ready", 300.0, gw.log_path)
+            if plan is not None:
+                place(plan, stack, pool, gateways)
             for r in range(1, cfg.repeats + 1):
                 for c in cfg.concurrencies:
                     for api in cfg.apis:
@@ -460,6 +582,24 @@ def run_host_bench(cfg: HostConfig, out: Path, cells: list[Cell]) -> list[Cell]:
                             cells.append(
                                 measure_cell(
                                     pool, gw.base_url, gw.proc.pid, gw.workers, api, c, prompts, stack, cfg, r
+                                )
+                            )
+                for k in cfg.per_worker_concurrencies:
+                    for api in cfg.apis:
+                        for gw in gateways:
+                            cells.append(
+                                measure_cell(
+                                    pool,
+                                    gw.base_url,
+                                    gw.proc.pid,
+                                    gw.workers,
+                                    api,
+                                    k * gw.workers,
+                                    prompts,
+                                    stack,
+                                    cfg,
+                                    r,
+                                    per_worker=k,
                                 )
                             )
         finally:
@@ -477,20 +617,26 @@ def _median(xs: Sequence[float]) -> float:
     return float(statistics.median(vals)) if vals else math.nan
 
 
-def rows(cells: Sequence[Cell], cfg: HostConfig) -> list[dict[str, Any]]:
-    """One row per (api, concurrency, workers): medians over the rounds."""
-    groups: dict[tuple[str, int, int], list[Cell]] = {}
+def rows(cells: Sequence[Cell], cfg: HostConfig, loadgen_capacity: float = math.nan) -> list[dict[str, Any]]:
+    """One row per (api, level, workers), the level a total concurrency (the issue's cells) or a
+    number of streams per worker (the matched-load view): medians over the rounds. A row whose load
+    generator used `loadgen_capacity` cores or nearly (its processes or its cpus) is marked so."""
+    groups: dict[tuple[str, int, int, int], list[Cell]] = {}
     for c in cells:
-        groups.setdefault((c.api, c.concurrency, c.workers), []).append(c)
+        conc = 0 if c.per_worker else c.concurrency
+        groups.setdefault((c.api, c.per_worker, conc, c.workers), []).append(c)
     out: list[dict[str, Any]] = []
-    for (api, conc, workers), cs in groups.items():
+    for (api, per_worker, _, workers), cs in groups.items():
         tpot = _median([c.summary.tpot.p50 * 1000 for c in cs])
         cores = [c.cores_per_worker for c in cs if c.cores_per_worker]
         busiest = _median([max(x) for x in cores]) if cores else math.nan
         idlest = _median([min(x) for x in cores]) if cores else math.nan
-        row = {
+        conns = [c.worker_connections for c in cs if c.worker_connections]
+        loadgen_cores = _median([c.loadgen_cpu_s / c.window_s for c in cs if c.window_s])
+        row: dict[str, Any] = {
             "api": api,
-            "concurrency": conc,
+            "concurrency": int(_median([c.concurrency for c in cs])),
+            "per_worker": per_worker,
             "workers": workers,
             "rounds": len(cs),
             "requests": sum(c.summary.requests for c in cs),
@@ -505,16 +651,24 @@ def rows(cells: Sequence[Cell], cfg: HostConfig) -> list[dict[str, Any]]:
             "cores_per_worker_min": idlest,
             "cores_per_worker_max": busiest,
             "evenness": idlest / busiest if busiest else math.nan,
+            "connections_per_worker_min": _median([min(x) for x in conns]) if conns else math.nan,
+            "connections_per_worker_max": _median([max(x) for x in conns]) if conns else math.nan,
             "triton_cores": _median([c.triton_cpu_s / c.window_s for c in cs if c.window_s]),
-            "loadgen_cores": _median([c.loadgen_cpu_s / c.window_s for c in cs if c.window_s]),
+            "loadgen_cores": loadgen_cores,
+            "loadgen_saturated": loadgen_cores >= SATURATED_CORES * loadgen_capacity,
         }
         row["bound"] = classify(row, cfg)
         row["triton_bound"] = row["bound"] == "Triton-bound"
+        row["counted"] = row["bound"] in ("gateway-bound", "engine-paced") and not row["failed"]
         out.append(row)
-    base = {(r["api"], r["concurrency"]): r for r in out if r["workers"] == min(cfg.workers)}
+    w0 = min(cfg.workers)
+    base = {
+        (r["api"], r["per_worker"], r["concurrency"] if not r["per_worker"] else 0): r
+        for r in out
+        if r["workers"] == w0
+    }
     for r in out:
-        b = base.get((r["api"], r["concurrency"]))
-        w0 = min(cfg.workers)
+        b = base.get((r["api"], r["per_worker"], r["concurrency"] if not r["per_worker"] else 0))
         r["cpu_vs_1"] = (
             _ratio(r["gateway_cpu_ms_per_token"], b["gateway_cpu_ms_per_token"]) if b else math.nan
         )
@@ -522,16 +676,28 @@ def rows(cells: Sequence[Cell], cfg: HostConfig) -> list[dict[str, Any]]:
         r["vs_linear"] = (
             _ratio(r["output_tokens_per_s"], b["output_tokens_per_s"] * r["workers"] / w0) if b else math.nan
         )
-    return sorted(out, key=lambda r: (list(cfg.apis).index(r["api"]), r["concurrency"], r["workers"]))
+    return sorted(
+        out,
+        key=lambda r: (
+            r["per_worker"] > 0,
+            list(cfg.apis).index(r["api"]),
+            r["per_worker"],
+            r["concurrency"],
+            r["workers"],
+        ),
+    )
 
 
 def classify(row: dict[str, Any], cfg: HostConfig) -> str:
     """What set the cell's pace. "gateway-bound": its busiest worker used a whole core (the cell
-    shows the gateway's capacity); "Triton-bound": tokens came slower than bound_factor x the engine
-    step while no worker was saturated (not a gateway figure); "engine-paced": the gateway kept up
-    with the engine."""
+    shows the gateway's capacity); "load-generator-bound": the load generator used (nearly) all the
+    cores it had, so it, not the gateway or Triton, may have set the pace (not counted);
+    "Triton-bound": tokens came slower than bound_factor x the engine step while no worker was
+    saturated (not a gateway figure); "engine-paced": the gateway kept up with the engine."""
     if not math.isnan(row["cores_per_worker_max"]) and row["cores_per_worker_max"] >= SATURATED_CORES:
         return "gateway-bound"
+    if row.get("loadgen_saturated"):
+        return "load-generator-bound"
     if not math.isnan(row["tpot_p50_ms"]) and row["tpot_p50_ms"] > cfg.bound_factor * cfg.step_ms:
         return "Triton-bound"
     return "engine-paced"
@@ -548,38 +714,57 @@ def _f(x: float, fmt: str) -> str:
 def markdown_table(table: Sequence[dict[str, Any]], cfg: HostConfig) -> str:
     head = (
         "| API | conc | workers | ok/req | out tok/s | vs linear | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | "
-        "gateway CPU ms/tok | vs 1 worker | gateway cores | cores/worker min-max | Triton cores | cell |"
+        "gateway CPU ms/tok | vs 1 worker | gateway cores | cores/worker min-max | conns/worker min-max | "
+        "Triton cores | load-gen cores | cell |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in table:
         verdict = r["bound"]
         if r["failed"]:
             verdict = f"failed: {r['failed']}".replace("|", "/")
+        conc = f"{r['concurrency']} ({r['per_worker']}/worker)" if r["per_worker"] else str(r["concurrency"])
         lines.append(
-            f"| {API_LABELS.get(r['api'], r['api'])} | {r['concurrency']} | {r['workers']} | "
+            f"| {API_LABELS.get(r['api'], r['api'])} | {conc} | {r['workers']} | "
             f"{r['requests'] - r['errors']}/{r['requests']} | {_f(r['output_tokens_per_s'], '.0f')} | "
             f"{_f(r['vs_linear'], '.2f')}x | {_f(r['ttft_p50_ms'], '.1f')} | {_f(r['ttft_p99_ms'], '.1f')} | "
             f"{_f(r['tpot_p50_ms'], '.2f')} | {_f(r['gateway_cpu_ms_per_token'], '.3f')} | "
             f"{_f(r['cpu_vs_1'], '.2f')}x | {_f(r['gateway_cores'], '.2f')} | "
             f"{_f(r['cores_per_worker_min'], '.2f')}-{_f(r['cores_per_worker_max'], '.2f')} | "
-            f"{_f(r['triton_cores'], '.2f')} | {verdict} |"
+            f"{_f(r.get('connections_per_worker_min', math.nan), '.1f')}-"
+            f"{_f(r.get('connections_per_worker_max', math.nan), '.1f')} | "
+            f"{_f(r['triton_cores'], '.2f')} | {_f(r.get('loadgen_cores', math.nan), '.2f')} | {verdict} |"
         )
     return "\n".join(lines)
 
 
+def _not_counted(pair: dict[int, dict[str, Any]], lo: int, hi: int) -> str | None:
+    reasons = [
+        f"{w} worker(s) {'failed' if pair[w]['failed'] else pair[w]['bound']}"
+        for w in (lo, hi)
+        if not pair[w].get("counted", not pair[w]["triton_bound"] and not pair[w]["failed"])
+    ]
+    return f"not counted ({'; '.join(reasons)})" if reasons else None
+
+
 def verdicts(table: Sequence[dict[str, Any]], cfg: HostConfig) -> list[str]:
-    """The targets over the cells that count (not Triton-bound), first against last worker count."""
+    """The issue's targets over its cells (a total concurrency) that count (not Triton-bound, not
+    load-generator-bound), first against last worker count."""
     lo, hi = min(cfg.workers), max(cfg.workers)
     lines = []
     for api in cfg.apis:
         for conc in cfg.concurrencies:
-            pair = {r["workers"]: r for r in table if r["api"] == api and r["concurrency"] == conc}
+            pair = {
+                r["workers"]: r
+                for r in table
+                if r["api"] == api and r["concurrency"] == conc and not r.get("per_worker")
+            }
             if lo not in pair or hi not in pair:
                 continue
             a, b = pair[lo], pair[hi]
             name = f"{API_LABELS.get(api, api)} c={conc}"
-            if a["triton_bound"] or b["triton_bound"] or a["failed"] or b["failed"]:
-                lines.append(f"- {name}: not counted ({lo} or {hi} workers Triton-bound or failed)")
+            skipped = _not_counted(pair, lo, hi)
+            if skipped:
+                lines.append(f"- {name}: {skipped}")
                 continue
             cpu = b["cpu_vs_1"]
             lines.append(
@@ -593,6 +778,53 @@ def verdicts(table: Sequence[dict[str, Any]], cfg: HostConfig) -> list[str]:
                 f"{b['cores_per_worker_min']:.2f}-{b['cores_per_worker_max']:.2f}"
             )
     return lines
+
+
+def _why(row: dict[str, Any]) -> str:
+    return "failed" if row["failed"] else str(row["bound"])
+
+
+def matched_lines(table: Sequence[dict[str, Any]], cfg: HostConfig) -> list[str]:
+    """The matched-load view: CPU per token at the same streams per worker, per worker count. An added
+    view beside the issue's cells, not its targets: it says how per-token cost moves with workers
+    when each worker carries the same load."""
+    lines = []
+    for api in cfg.apis:
+        for k in cfg.per_worker_concurrencies:
+            rs = [r for r in table if r["api"] == api and r.get("per_worker") == k]
+            if not rs:
+                continue
+            steps = ", ".join(
+                f"{r['workers']}w {_f(r['gateway_cpu_ms_per_token'], '.3f')} ms ({_f(r['cpu_vs_1'], '.2f')}x"
+                f"{'' if r.get('counted') else '; ' + _why(r) + ', not counted'})"
+                for r in rs
+            )
+            lines.append(f"- {API_LABELS.get(api, api)}, {k} streams per worker: CPU per token {steps}")
+    return lines
+
+
+def capacity_lines(cells: Sequence[Cell], cfg: HostConfig, plan: CpuPlan | None) -> list[str]:
+    """How much the host's engine and load generator can carry: their CPU per token over the
+    cells, against the cpus they have."""
+    measured = [c for c in cells if c.summary.output_tokens and c.window_s]
+    if not measured:
+        return []
+    cpus = os.cpu_count() or 1
+    triton_ms = _median([c.triton_cpu_s * 1000 / c.summary.output_tokens for c in measured])
+    loadgen_ms = _median([c.loadgen_cpu_s * 1000 / c.summary.output_tokens for c in measured])
+    triton_cpus = len(plan.triton) if plan else cpus
+    loadgen_cpus = min(cfg.load_processes, len(plan.loadgen) if plan else cpus)
+    gateway = f"{len(plan.gateway)} cpus" if plan else "the same cpus (unpinned)"
+    return [
+        f"- Triton: {triton_ms:.3f} ms of CPU per token (median over the cells) on {triton_cpus} cpus: at "
+        f"most about {_ratio(triton_cpus * 1000, triton_ms):.0f} tokens/s on this host.",
+        f"- Load generator: {loadgen_ms:.3f} ms of CPU per token ({cfg.connections} connections) on "
+        f"{loadgen_cpus} cpus ({cfg.load_processes} processes): at most about "
+        f"{_ratio(loadgen_cpus * 1000, loadgen_ms):.0f} tokens/s.",
+        f"- Gateway workers: {gateway}; at the engine step ({cfg.step_ms:g} ms) each stream asks "
+        f"{1000 / cfg.step_ms:.0f} tokens/s, so {max(cfg.workers)} workers x k streams ask "
+        f"{max(cfg.workers) * 1000 / cfg.step_ms:.0f} x k tokens/s.",
+    ]
 
 
 def machine() -> dict[str, Any]:
@@ -620,21 +852,31 @@ def plot(path: Path, table: Sequence[dict[str, Any]], cfg: HostConfig) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 5))
-    for api in cfg.apis:
-        for conc in cfg.concurrencies:
-            rs = [r for r in table if r["api"] == api and r["concurrency"] == conc]
-            if not rs:
-                continue
-            ws = [r["workers"] for r in rs]
-            label = f"{API_LABELS.get(api, api)} c={conc}"
-            axes[0].plot(ws, [r["output_tokens_per_s"] for r in rs], marker="o", label=label)
-            axes[1].plot(ws, [r["gateway_cpu_ms_per_token"] for r in rs], marker="o", label=label)
-            axes[2].plot(ws, [r["evenness"] for r in rs], marker="o", label=label)
-            for ax, key in ((axes[0], "output_tokens_per_s"), (axes[1], "gateway_cpu_ms_per_token")):
-                for r in rs:
-                    if r["triton_bound"]:
-                        ax.scatter([r["workers"]], [r[key]], marker="x", s=80, color="red")
-    titles = ("output tokens/s (x: Triton-bound)", "gateway CPU ms per token", "cores/worker min/max")
+    series = [(api, 0, conc) for api in cfg.apis for conc in cfg.concurrencies]
+    series += [(api, k, 0) for api in cfg.apis for k in cfg.per_worker_concurrencies]
+    for api, k, conc in series:
+        rs = [
+            r
+            for r in table
+            if r["api"] == api and r.get("per_worker", 0) == k and (k or r["concurrency"] == conc)
+        ]
+        if not rs:
+            continue
+        ws = [r["workers"] for r in rs]
+        label = f"{API_LABELS.get(api, api)} {f'{k}/worker' if k else f'c={conc}'}"
+        style = "--" if k else "-"
+        axes[0].plot(ws, [r["output_tokens_per_s"] for r in rs], style, marker="o", label=label)
+        axes[1].plot(ws, [r["gateway_cpu_ms_per_token"] for r in rs], style, marker="o", label=label)
+        axes[2].plot(ws, [r["evenness"] for r in rs], style, marker="o", label=label)
+        for ax, key in ((axes[0], "output_tokens_per_s"), (axes[1], "gateway_cpu_ms_per_token")):
+            for r in rs:
+                if not r.get("counted", not r["triton_bound"]):
+                    ax.scatter([r["workers"]], [r[key]], marker="x", s=80, color="red")
+    titles = (
+        "output tokens/s (x: not counted; dashed: per worker)",
+        "gateway CPU ms per token",
+        "cores/worker min/max",
+    )
     for ax, title in zip(axes, titles, strict=True):
         ax.set_xlabel("workers")
         ax.set_xscale("log", base=2)
@@ -648,8 +890,18 @@ def plot(path: Path, table: Sequence[dict[str, Any]], cfg: HostConfig) -> None:
     plt.close(fig)
 
 
-def write_report(out: Path, cfg: HostConfig, cells: Sequence[Cell]) -> str:
-    table = rows(cells, cfg)
+def loadgen_capacity(cfg: HostConfig, plan: CpuPlan | None) -> float:
+    """The cores the load generator can use: one per process (each is one event loop), no more than
+    its cpus."""
+    return float(min(cfg.load_processes, len(plan.loadgen) if plan else os.cpu_count() or 1))
+
+
+def write_report(
+    out: Path, cfg: HostConfig, cells: Sequence[Cell], plan: CpuPlan | None = None, layout: str = ""
+) -> str:
+    table = rows(cells, cfg, loadgen_capacity(cfg, plan))
+    fixed = [r for r in table if not r["per_worker"]]
+    matched = [r for r in table if r["per_worker"]]
     info = machine()
     text = "\n".join(
         [
@@ -661,11 +913,42 @@ def write_report(out: Path, cfg: HostConfig, cells: Sequence[Cell]) -> str:
             f"{cfg.triton_replicas} Triton(s); {cfg.max_tokens} output tokens, {cfg.prompt_tokens}-token "
             f"prompts; engine route; {cfg.load_processes} load process(es); {cfg.repeats} round(s), "
             f"medians; a cell is Triton-bound when TPOT p50 > {cfg.bound_factor:g} x the step and no "
-            f"worker is saturated (>= {SATURATED_CORES} cores), gateway-bound when one is.",
+            f"worker is saturated (>= {SATURATED_CORES} cores), gateway-bound when one is, "
+            f"load-generator-bound when the load generator used >= {SATURATED_CORES:g} of the "
+            f"{loadgen_capacity(cfg, plan):g} cores it can use; Triton-bound and load-generator-bound "
+            "cells are not counted.",
             "",
-            markdown_table(table, cfg),
+            f"Gateway to Triton over {'HTTP generate_stream' if cfg.transport == 'http' else 'gRPC'}; the "
+            f"load generator opens {CONNECTION_LABELS[cfg.connections]}; "
+            f"placement: {layout or 'not recorded'}. conns/worker: the client connections each "
+            "worker held over the window (mean of samples every 0.5 s).",
+            "",
+            "## The issue's cells (total concurrency)",
+            "",
+            markdown_table(fixed, cfg),
+            "",
+            "Against the issue's targets (CPU per token 1 -> 8 workers <= 1.2x; >= 0.8x linear):",
             "",
             *verdicts(table, cfg),
+            "",
+            *(
+                [
+                    "## Matched load per worker (an added view, not the issue's targets)",
+                    "",
+                    "Each worker carries the same number of streams, so CPU per token is compared at "
+                    "equal load per worker (total concurrency = streams per worker x workers).",
+                    "",
+                    markdown_table(matched, cfg),
+                    "",
+                    *matched_lines(table, cfg),
+                    "",
+                ]
+                if matched
+                else []
+            ),
+            "## What the host can carry",
+            "",
+            *capacity_lines(cells, cfg, plan),
             "",
         ]
     )
@@ -675,6 +958,7 @@ def write_report(out: Path, cfg: HostConfig, cells: Sequence[Cell]) -> str:
             {
                 "machine": info,
                 "config": asdict(cfg),
+                "placement": {"layout": layout, **(asdict(plan) if plan else {})},
                 "rows": table,
                 "cells": [
                     {**{k: v for k, v in asdict(c).items() if k != "summary"}, "summary": c.summary.flat()}
@@ -705,10 +989,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, help="rounds (default 3)")
     p.add_argument("--engine-instances", type=int, help="synthetic engine instances per Triton (default 12)")
     p.add_argument("--triton-replicas", type=int, help="tritonserver processes (default 1)")
-    p.add_argument("--load-processes", type=int, help="load generator processes (default 4)")
+    p.add_argument("--load-processes", type=int, help="load generator processes (default 6)")
     p.add_argument("--step-ms", type=float)
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--level-duration", type=float, help="seconds per cell")
+    p.add_argument(
+        "--per-worker-concurrency",
+        help="comma list of streams per worker for the matched-load view (default 4,8; 0: none)",
+    )
+    p.add_argument(
+        "--transport",
+        choices=("http", "grpc"),
+        help="the gateway's Triton hot path: HTTP generate_stream (default) or gRPC",
+    )
+    p.add_argument(
+        "--connections",
+        choices=("fresh", "keep-alive"),
+        help="the load generator: a new connection per request (default: many clients) or keep-alive",
+    )
+    p.add_argument(
+        "--placement",
+        choices=("auto", "off"),
+        help="pin workers, Triton and the load generator to disjoint cpus (default auto) or not",
+    )
+    p.add_argument("--loadgen-cpus", type=int, help="cpus for the load generator (default: an eighth)")
     p.add_argument(
         "--gateway-arg", action="append", default=[], help="extra flag for `gateway serve` (repeatable)"
     )
@@ -739,9 +1043,17 @@ def config_from_args(args: argparse.Namespace) -> HostConfig:
         ("max_tokens", "max_tokens"),
         ("level_duration", "level_duration_s"),
         ("out", "out_dir"),
+        ("transport", "transport"),
+        ("connections", "connections"),
+        ("placement", "placement"),
+        ("loadgen_cpus", "loadgen_cpus"),
     ):
         if getattr(args, name) is not None:
             changes[attr] = getattr(args, name)
+    if args.per_worker_concurrency is not None:
+        changes["per_worker_concurrencies"] = tuple(
+            sorted({int(x) for x in args.per_worker_concurrency.split(",") if x.strip() and int(x) > 0})
+        )
     if args.gateway_arg:
         changes["gateway_extra_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
     if args.label:
@@ -763,11 +1075,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, interrupt)
+    plan, layout = cpu_plan(cfg)
+    log.info("placement: %s", layout)
     try:
-        run_host_bench(cfg, out, cells)
+        run_host_bench(cfg, out, cells, plan)
     except Interrupted as exc:
         log.warning("interrupted (%s): reporting the %d cells measured", exc, len(cells))
-    sys.stdout.write(write_report(out, cfg, cells) + "\n")
+    sys.stdout.write(write_report(out, cfg, cells, plan, layout) + "\n")
     log.info("results in %s/", out)
     return 0
 

@@ -28,7 +28,10 @@ class OpenAITarget:
         timeout: float = 300.0,
         name: str = "openai",
         trust_usage: bool = True,
+        fresh_connections: bool = False,
     ) -> None:
+        # A new connection per request (loadtest.target.http_session), for a benchmark of many clients.
+        self._fresh_connections = fresh_connections
         self.name = name
         # Some proxies estimate usage with their own tokenizer (LiteLLM counts the text with tiktoken):
         # then the content chunks, one per engine token, are the truer count.
@@ -50,7 +53,9 @@ class OpenAITarget:
         return self._base_url
 
     async def open(self, max_concurrency: int) -> None:
-        self._session = http_session(max_concurrency, self._timeout)
+        self._session = http_session(
+            max_concurrency, self._timeout, fresh_connections=self._fresh_connections
+        )
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -91,3 +91,42 @@ def rss_bytes(pid: int, *, include_children: bool = False) -> int:
             continue
         total += resident * _PAGE
     return total
+
+
+def _established_inodes(port: int) -> set[int]:
+    """Socket inodes of ESTABLISHED TCP connections whose local port is `port` (this namespace)."""
+    inodes: set[int] = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = (_PROC / "net" / name).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # local_address is HEXADDR:HEXPORT; state 01 is ESTABLISHED; field 9 the inode.
+            if len(fields) > 9 and fields[3] == "01" and int(fields[1].rpartition(":")[2], 16) == port:
+                inodes.add(int(fields[9]))
+    return inodes
+
+
+def connections(pids: list[int], port: int) -> tuple[int, ...]:
+    """How many established connections to local `port` each process holds open (its sockets' fds):
+    where the kernel put the clients' connections among the workers."""
+    established = _established_inodes(port)
+    counts = []
+    for pid in pids:
+        n = 0
+        try:
+            fds = os.listdir(_PROC / str(pid) / "fd")
+        except OSError:
+            counts.append(0)
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(_PROC / str(pid) / "fd" / fd)
+            except OSError:
+                continue
+            if link.startswith("socket:[") and int(link[8:-1]) in established:
+                n += 1
+        counts.append(n)
+    return tuple(counts)

@@ -79,14 +79,21 @@ def detail(text: object) -> str:
     return s if len(s) <= _DETAIL_LIMIT else s[:_DETAIL_LIMIT] + "..."
 
 
-def http_session(max_concurrency: int, timeout: float) -> aiohttp.ClientSession:
-    """The HTTP targets' client: one keep-alive connection per concurrent request, bodies left raw.
+def http_session(
+    max_concurrency: int, timeout: float, *, fresh_connections: bool = False
+) -> aiohttp.ClientSession:
+    """The HTTP targets' client: one keep-alive connection per concurrent request, bodies left raw;
+    with `fresh_connections`, a new connection for every request (as many separate clients would
+    connect: a server's SO_REUSEPORT workers then each get a fair share of requests, not of a few
+    long-lived connections).
 
     `timeout` bounds each wait on the server (a read, or getting a connection from the pool), not a
     whole stream, so a long generation that keeps producing tokens is never cut off; connecting has 30 s.
     Call from inside the running event loop; the caller closes the session.
     """
-    connector = aiohttp.TCPConnector(limit=max_concurrency, limit_per_host=max_concurrency)
+    connector = aiohttp.TCPConnector(
+        limit=max_concurrency, limit_per_host=max_concurrency, force_close=fresh_connections
+    )
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_connect=30.0, sock_read=timeout),

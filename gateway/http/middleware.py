@@ -298,3 +298,42 @@ class ObservabilityMiddleware:
                 access_log.info(
                     "%s %s %s", record.method, record.path, record.status, extra={"fields": record.fields()}
                 )
+
+
+class ConnectionRequestLimit:
+    """Closes a client connection after `max_requests` requests on it (as nginx's keepalive_requests
+    and Envoy's max_requests_per_connection do): its last response says `connection: close`, which
+    uvicorn honours, and the client reconnects. With SO_REUSEPORT workers the kernel hashes each new
+    connection anew, so a few long-lived connections (a load balancer's, a benchmark's pool) do not
+    stay on the workers they first landed on.
+
+    A connection is known by the client's address and port, which it keeps while it lives; the
+    table is bounded (a connection forgotten early is only counted again from one)."""
+
+    def __init__(self, app: ASGIApp, max_requests: int, *, table_size: int = 65536) -> None:
+        self.app = app
+        self.max_requests = max_requests
+        self._table_size = table_size
+        self._served: dict[tuple[Any, ...], int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        if scope["type"] != "http" or not client:
+            await self.app(scope, receive, send)
+            return
+        key = (*client, *(scope.get("server") or ()))
+        served = self._served.pop(key, 0) + 1
+        if served < self.max_requests:
+            if len(self._served) >= self._table_size:
+                del self._served[next(iter(self._served))]  # the oldest: dicts keep insertion order
+            self._served[key] = served
+            await self.app(scope, receive, send)
+            return
+
+        async def closing_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing_send)

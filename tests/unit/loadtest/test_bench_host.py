@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -69,17 +70,28 @@ def test_a_triton_bound_cell_is_not_counted() -> None:
     cells = [_cell(1, 8000, 1.4, (1.5,), 7.0), _cell(8, 12000, 2.0, (0.3,) * 8, 9.0)]
     table = rows(cells, CFG)
     assert table[1]["triton_bound"]
-    assert verdicts(table, CFG) == ["- completions c=64: not counted (1 or 8 workers Triton-bound or failed)"]
+    assert verdicts(table, CFG) == ["- completions c=64: not counted (8 worker(s) Triton-bound)"]
     assert "Triton-bound" in bench_host.markdown_table(table, CFG)
 
 
 def test_the_gateway_gets_every_triton_the_engine_route_and_extra_flags() -> None:
-    stack = HostStack(grpc_urls=("127.0.0.1:1", "127.0.0.1:2"), tokenizer_dir="/t", triton_pids=())
+    stack = HostStack(
+        grpc_urls=("127.0.0.1:1", "127.0.0.1:2"),
+        tokenizer_dir="/t",
+        triton_pids=(),
+        http_urls=("http://127.0.0.1:3", "http://127.0.0.1:4"),
+    )
     cmd = bench_host.gateway_command(9000, stack, 8, ("--worker-sockets", "shared"))
     assert cmd[cmd.index("--triton-url") + 1] == "127.0.0.1:1" and cmd.count("--triton-url") == 2
+    # The HTTP hot path by default: each Triton's HTTP URL, in the gRPC URLs' order.
+    http = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--triton-http-url"]
+    assert http == ["http://127.0.0.1:3", "http://127.0.0.1:4"]
     assert "route=engine,engine_model=tensorrt_llm" in cmd[cmd.index("--model") + 1]
     assert cmd[-4:] == ["--workers", "8", "--worker-sockets", "shared"]
     assert "--workers" not in bench_host.gateway_command(9000, stack, 1)
+    assert "--triton-http-url" not in bench_host.gateway_command(9000, stack, 8, transport="grpc")
+    with pytest.raises(ValueError):
+        bench_host.gateway_command(9000, replace(stack, http_urls=()), 8)
 
 
 def test_the_small_variant_and_flags() -> None:
@@ -89,3 +101,79 @@ def test_the_small_variant_and_flags() -> None:
     assert cfg.gateway_extra_args == ("--a", "b")
     with pytest.raises(SystemExit):
         config_from_args(bench_host.build_parser().parse_args(["--apis", "nope"]))
+
+
+def _matched(workers: int, k: int, cpu_s: float, cores: tuple[float, ...], conns: tuple[int, ...]) -> Cell:
+    cell = _cell(workers, 1000.0 * workers, cpu_s, cores, 5.0)
+    return replace(cell, concurrency=k * workers, per_worker=k, worker_connections=conns)
+
+
+def test_matched_load_rows_are_their_own_view_and_never_enter_the_issues_verdicts() -> None:
+    cfg = replace(CFG, per_worker_concurrencies=(8,))
+    cells = [
+        _cell(1, 8000, 1.4, (1.5,), 7.0),
+        _cell(8, 12000, 2.0, (0.3,) * 8, 5.0),
+        # 8 streams per worker: 8 at one worker, 64 at eight (the issue's c=64 cell at 8 is another row).
+        _matched(1, 8, 1.0, (0.2,), (8,)),
+        _matched(8, 8, 1.1, (0.2, 0.3, 0.2, 0.2, 0.2, 0.25, 0.2, 0.2), (6, 10, 8, 8, 8, 8, 8, 8)),
+    ]
+    table = rows(cells, cfg)
+    fixed = [r for r in table if not r["per_worker"]]
+    matched = [r for r in table if r["per_worker"]]
+    assert [(r["workers"], r["concurrency"]) for r in fixed] == [(1, 64), (8, 64)]
+    assert [(r["workers"], r["concurrency"]) for r in matched] == [(1, 8), (8, 64)]
+    assert matched[1]["cpu_vs_1"] == pytest.approx(1.1)  # against the matched 1-worker row
+    assert matched[1]["connections_per_worker_min"] == 6 and matched[1]["connections_per_worker_max"] == 10
+    # The issue's verdicts read only its own cells: 2.0 / 1.4 ms, not the matched 1.1x.
+    (line,) = verdicts(table, cfg)
+    assert "(1.43x; target <= 1.20x: NOT met)" in line
+    (view,) = bench_host.matched_lines(table, cfg)
+    assert view.startswith("- completions, 8 streams per worker:") and "8w 0.172 ms (1.10x)" in view
+    assert "64 (8/worker)" in bench_host.markdown_table(matched, cfg)
+
+
+def test_a_saturated_load_generator_marks_the_cell_and_it_is_not_counted() -> None:
+    cells = [_cell(1, 8000, 1.4, (0.5,), 5.0), _cell(8, 12000, 1.5, (0.3,) * 8, 5.0)]
+    cells[1] = replace(cells[1], loadgen_cpu_s=1.9 * cells[1].window_s)  # 1.9 of 2 cores
+    table = rows(cells, CFG, loadgen_capacity=2.0)
+    assert table[0]["bound"] == "engine-paced" and table[1]["bound"] == "load-generator-bound"
+    assert not table[1]["counted"]
+    assert verdicts(table, CFG) == ["- completions c=64: not counted (8 worker(s) load-generator-bound)"]
+    assert classify({"cores_per_worker_max": 0.9, "tpot_p50_ms": 5.0, "loadgen_saturated": True}, CFG) == (
+        "gateway-bound"
+    )
+
+
+def test_transport_connections_placement_and_matched_levels_from_flags() -> None:
+    cfg = config_from_args(bench_host.build_parser().parse_args([]))
+    assert (cfg.transport, cfg.connections, cfg.placement) == ("http", "fresh", "auto")
+    assert cfg.per_worker_concurrencies == (4, 8)
+    args = bench_host.build_parser().parse_args(
+        [
+            "--transport",
+            "grpc",
+            "--connections",
+            "keep-alive",
+            "--placement",
+            "off",
+            "--loadgen-cpus",
+            "3",
+            "--per-worker-concurrency",
+            "16,2",
+        ]
+    )
+    cfg = config_from_args(args)
+    assert (cfg.transport, cfg.connections, cfg.placement, cfg.loadgen_cpus) == (
+        "grpc",
+        "keep-alive",
+        "off",
+        3,
+    )
+    assert cfg.per_worker_concurrencies == (2, 16)
+    assert (
+        config_from_args(
+            bench_host.build_parser().parse_args(["--per-worker-concurrency", "0"])
+        ).per_worker_concurrencies
+        == ()
+    )
+    assert bench_host.cpu_plan(replace(cfg, placement="off"))[0] is None
