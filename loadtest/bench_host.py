@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 # A worker busier than this is taken as saturated (an event loop has one core; /proc's ticks and the
 # window's edges make a pegged loop read a little under 1.0).
 SATURATED_CORES = 0.85
+ENGINES = ("synthetic", "gpu")
+GPU_MODEL_KIND = "gpu"
+# Engine instances for --engine gpu unless given: each holds the model and a CUDA context, and the
+# GPU runs one instance's kernels at a time.
+GPU_ENGINE_INSTANCES = 2
 API_LABELS = {
     "completions": "completions",
     "chat": "chat completions",
@@ -246,7 +251,16 @@ def start_stack(cfg: HostConfig, workdir: Path) -> Iterator[HostStack]:
         "max_active_requests": 1024,
         "engine_instance_count": cfg.engine_instances,
     }
-    repo = devstack.prepare_dev_repository(workdir / "model_repo", engine_mode="synthetic", variables=values)
+    if cfg.engine_mode == "gpu":
+        # The reference engine on the GPU: the larger random model, built here on first use.
+        values.update({"engine_device": "cuda", "engine_dtype": "bfloat16"})
+        repo = devstack.prepare_dev_repository(
+            workdir / "model_repo", engine_mode="model", tokenizer_kind=GPU_MODEL_KIND, variables=values
+        )
+    else:
+        repo = devstack.prepare_dev_repository(
+            workdir / "model_repo", engine_mode="synthetic", variables=values
+        )
     with contextlib.ExitStack() as stack:
         servers = [
             stack.enter_context(
@@ -648,16 +662,48 @@ def plot(path: Path, table: Sequence[dict[str, Any]], cfg: HostConfig) -> None:
     plt.close(fig)
 
 
+def gpu_name() -> str:
+    """The host's first GPU as nvidia-smi names it ("" without one)."""
+    import subprocess
+
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        return out.strip().splitlines()[0] if out.strip() else ""
+    return ""
+
+
+def engine_description(cfg: HostConfig) -> str:
+    """The report header's engine: synthetic pacing, or the reference engine's GPU, model and dtype."""
+    if cfg.engine_mode != "gpu":
+        return f"{cfg.engine_mode}, step {cfg.step_ms:g} ms"
+    from deploy import tiny_model
+
+    model_dir = tiny_model.build_tiny_model(GPU_MODEL_KIND)
+    params = tiny_model.parameter_count(model_dir)
+    return (
+        f"the reference engine on {gpu_name() or 'a GPU'} (torch, bfloat16, a random Llama-style model of "
+        f"{params / 1e6:.0f}M parameters, batched decode; eager PyTorch behind Triton's Python backend, not "
+        f"TensorRT-LLM), cells judged against a {cfg.step_ms:g} ms step"
+    )
+
+
 def write_report(out: Path, cfg: HostConfig, cells: Sequence[Cell]) -> str:
     table = rows(cells, cfg)
     info = machine()
+    engine = engine_description(cfg)
     text = "\n".join(
         [
             f"# make bench-host{f' ({cfg.label})' if cfg.label else ''}: {info['date_utc']} on "
             f"{info['host']} ({info['cores']} cores, "
             f"{info.get('cpu', '?')}, {info.get('memory_gib', '?')} GiB, Python {info['python']})",
             "",
-            f"Engine: {cfg.engine_mode}, step {cfg.step_ms:g} ms, {cfg.engine_instances} instance(s) x "
+            f"Engine: {engine}, {cfg.engine_instances} instance(s) x "
             f"{cfg.triton_replicas} Triton(s); {cfg.max_tokens} output tokens, {cfg.prompt_tokens}-token "
             f"prompts; engine route; {cfg.load_processes} load process(es); {cfg.repeats} round(s), "
             f"medians; a cell is Triton-bound when TPOT p50 > {cfg.bound_factor:g} x the step and no "
@@ -703,7 +749,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", help="comma list (default 64,256)")
     p.add_argument("--apis", help=f"comma list of {','.join(API_LABELS)} (default: all)")
     p.add_argument("--repeat", type=int, help="rounds (default 3)")
-    p.add_argument("--engine-instances", type=int, help="synthetic engine instances per Triton (default 12)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="synthetic (fixed step, no model; the default) or gpu: the reference engine with torch on "
+        "the GPU and a random model of a few hundred M parameters",
+    )
+    p.add_argument(
+        "--engine-instances",
+        type=int,
+        help=f"engine instances per Triton (default 12 synthetic, {GPU_ENGINE_INSTANCES} gpu)",
+    )
     p.add_argument("--triton-replicas", type=int, help="tritonserver processes (default 1)")
     p.add_argument("--load-processes", type=int, help="load generator processes (default 4)")
     p.add_argument("--step-ms", type=float)
@@ -742,6 +798,9 @@ def config_from_args(args: argparse.Namespace) -> HostConfig:
     ):
         if getattr(args, name) is not None:
             changes[attr] = getattr(args, name)
+    if args.engine == "gpu":
+        changes["engine_mode"] = "gpu"
+        changes.setdefault("engine_instances", GPU_ENGINE_INSTANCES)
     if args.gateway_arg:
         changes["gateway_extra_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
     if args.label:
