@@ -500,6 +500,8 @@ def synthetic_base(prompt: Sequence[int], seed: int, sequence_index: int) -> int
 
 
 ENGINE_DEVICES = ("cpu", "cuda")
+# Padded prompt tokens in one batched context phase on a GPU.
+PREFILL_BATCH_TOKENS = 16384
 ENGINE_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -642,6 +644,68 @@ class TransformersRunner:
         # same code as the CPU engine's; only decode steps sample on the device.
         return (last if self.on_cpu else last.cpu()), context, kv
 
+    def prefill_batch(
+        self, prompts: list[list[int]], want_context_logits: list[bool]
+    ) -> tuple[Any, list[np.ndarray | None], Any, list[int]]:
+        """One forward of several prompts, left-padded to the longest: their last logits ([n, vocab]
+        float32 on the host, one transfer), context logits where asked, the KV cache ([n, ...], padded)
+        and each row's padding."""
+        torch = self._torch
+        width = max(len(p) for p in prompts)
+        pads = [width - len(p) for p in prompts]
+        ids = torch.zeros((len(prompts), width), dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, (prompt, pad) in enumerate(zip(prompts, pads, strict=True)):
+            ids[row, pad:] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, pad:] = 1
+        positions = (torch.arange(width)[None, :] - torch.tensor(pads)[:, None]).clamp(min=0)
+        want_any = any(want_context_logits)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=ids.to(self.device, non_blocking=True),
+                attention_mask=mask.to(self.device, non_blocking=True),
+                position_ids=positions.to(self.device, non_blocking=True),
+                use_cache=True,
+                # Only the last position's logits unless a request wants the context's.
+                logits_to_keep=0 if want_any else 1,
+            )
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        lasts = out.logits[:, -1].float().cpu()
+        contexts = [
+            out.logits[row, pad:].float().cpu().numpy().copy() if want else None
+            for row, (pad, want) in enumerate(zip(pads, want_context_logits, strict=True))
+        ]
+        return lasts, contexts, kv, pads
+
+    def add_rows(self, rows: list[tuple[int, list[int]]], kv: list[tuple[Any, Any]], pads: list[int]) -> None:
+        """Join sequences to the batch from a ``prefill_batch``: (row of kv, the uids continuing it)."""
+        torch = self._torch
+        index = [row for row, uids in rows for _ in uids]
+        if not index:
+            return
+        uids = [uid for _, group in rows for uid in group]
+        new_pads = [pads[row] for row in index]
+        picked = torch.tensor(index, dtype=torch.long).to(self.device)
+        keys = [k.index_select(0, picked) for k, _ in kv]
+        values = [v.index_select(0, picked) for _, v in kv]
+        if not self._uids:
+            self._keys, self._values, self._uids, self._pads = keys, values, uids, new_pads
+            return
+        pad = torch.nn.functional.pad
+        current, length = int(self._keys[0].shape[2]), int(keys[0].shape[2])
+        target = max(current, length)
+        grow_old, grow_new = target - current, target - length
+        self._keys = [
+            torch.cat([pad(old, (0, 0, grow_old, 0)), pad(new, (0, 0, grow_new, 0))])
+            for old, new in zip(self._keys, keys, strict=True)
+        ]
+        self._values = [
+            torch.cat([pad(old, (0, 0, grow_old, 0)), pad(new, (0, 0, grow_new, 0))])
+            for old, new in zip(self._values, values, strict=True)
+        ]
+        self._pads = [p + grow_old for p in self._pads] + [p + grow_new for p in new_pads]
+        self._uids.extend(uids)
+
     def add(self, uids: list[int], kv: list[tuple[Any, Any]]) -> None:
         torch = self._torch
         pad = torch.nn.functional.pad
@@ -734,6 +798,22 @@ class TransformersRunner:
         return out.logits[:, -1].float()
 
 
+def _prefill_chunks(pending: list[Any], budget: int) -> Iterable[list[Any]]:
+    """Consecutive runs of (group, prompt, params, seqs) whose padded width x count fits ``budget``
+    (a prompt longer than the budget runs alone)."""
+    chunk: list[Any] = []
+    width = 0
+    for item in pending:
+        wider = max(width, len(item[1]))
+        if chunk and wider * (len(chunk) + 1) > budget:
+            yield chunk
+            chunk, wider = [], len(item[1])
+        chunk.append(item)
+        width = wider
+    if chunk:
+        yield chunk
+
+
 def _samples_on_device(seq: _Sequence) -> bool:
     """Whether ``sample_on_device`` computes this sequence's next token as ``_sample_and_accept`` would."""
     params = seq.params
@@ -781,6 +861,8 @@ class Engine:
         self._stop_ids: set[str] = set()
         self._active: list[_Sequence] = []
         self._groups: dict[int, RequestGroup] = {}
+        # Context phases waiting for this step's batched prefill (GPU runners only).
+        self._deferred: list[tuple[RequestGroup, list[int], SamplingParams, list[_Sequence]]] = []
         self._next_uid = 0
         self._running = False
         self._thread: threading.Thread | None = None
@@ -1019,7 +1101,10 @@ class Engine:
                     if seq.group is group and seq.blocks is not None and self._kv is not None:
                         self._kv.release(seq.blocks, seq.prompt)
                 admitted = [s for s in admitted if s.group is not group]
+                self._deferred = [d for d in self._deferred if d[0] is not group]
                 self._fail(group, f"prefill failed: {exc}")
+        if self._deferred:
+            admitted = self._prefill_deferred(admitted)
         self._active.extend(admitted)
         return admitted, context_tokens, context_requests
 
@@ -1045,9 +1130,25 @@ class Engine:
                 seq.synthetic_base = synthetic_base(prompt, params.seed, seq.index)
                 self._accept(seq, synthetic_token(self._candidates, seq.synthetic_base, 0), 0.0, None)
             return seqs
+        if not self._runner.on_cpu:
+            # On a GPU the context phases of a step run as one batched forward (_prefill_deferred).
+            self._deferred.append((group, prompt, params, seqs))
+            return seqs
+        last_logits, context, kv = self._runner.prefill(prompt, group.options.return_context_logits)
+        self._first_tokens(params, seqs, last_logits, context)
+        live = [s for s in seqs if not s.finished]
+        if live:
+            self._runner.add([s.uid for s in live], kv)
+            for seq in live:
+                seq.in_runner = True
+        return seqs
+
+    def _first_tokens(
+        self, params: SamplingParams, seqs: list[_Sequence], last_logits: Any, context: np.ndarray | None
+    ) -> None:
+        """Sample each new sequence's first token from its prompt's last logits (on the host)."""
         import torch
 
-        last_logits, context, kv = self._runner.prefill(prompt, group.options.return_context_logits)
         for seq in seqs:
             seq.context_logits = context
             if params.guide is not None:
@@ -1057,12 +1158,51 @@ class Engine:
                 # Sequences of one request sample independently: each index gets its own stream.
                 seq.generator = torch.Generator().manual_seed((params.seed + seq.index * 0x9E3779B1) % 2**63)
             self._sample_and_accept(seq, last_logits)
-        live = [s for s in seqs if not s.finished]
-        if live:
-            self._runner.add([s.uid for s in live], kv)
-            for seq in live:
-                seq.in_runner = True
-        return seqs
+
+    def _prefill_deferred(self, admitted: list[_Sequence]) -> list[_Sequence]:
+        """The step's context phases on a GPU: left-padded prompts in batched forwards of at most
+        PREFILL_BATCH_TOKENS (padded) tokens, one transfer of their last logits to the host each; a
+        request whose prefill fails gets an error and leaves the batch, the others go on."""
+        assert self._runner is not None
+        pending, self._deferred = self._deferred, []
+        failed: dict[int, tuple[RequestGroup, str]] = {}
+        for chunk in _prefill_chunks(pending, PREFILL_BATCH_TOKENS):
+            try:
+                lasts, contexts, kv, pads = self._runner.prefill_batch(
+                    [prompt for _, prompt, _, _ in chunk],
+                    [group.options.return_context_logits for group, _, _, _ in chunk],
+                )
+            except Exception as exc:
+                logger.exception("prefill failed")
+                for group, _, _, _ in chunk:
+                    failed.setdefault(id(group), (group, f"prefill failed: {exc}"))
+                continue
+            rows: list[tuple[int, list[_Sequence]]] = []
+            for i, (group, _, params, seqs) in enumerate(chunk):
+                if id(group) in failed:
+                    continue
+                try:
+                    self._first_tokens(params, seqs, lasts[i], contexts[i])
+                except Exception as exc:
+                    logger.exception("prefill failed")
+                    failed[id(group)] = (group, f"prefill failed: {exc}")
+                    continue
+                rows.append((i, [s for s in seqs if not s.finished]))
+            self._runner.add_rows([(i, [s.uid for s in live]) for i, live in rows], kv, pads)
+            for _, live in rows:
+                for seq in live:
+                    seq.in_runner = True
+        if not failed:
+            return admitted
+        for seq in admitted:
+            if id(seq.group) in failed:
+                if seq.in_runner:
+                    self._runner.remove([seq.uid])
+                if seq.blocks is not None and self._kv is not None:
+                    self._kv.release(seq.blocks, seq.prompt)
+        for group, message in failed.values():
+            self._fail(group, message)
+        return [s for s in admitted if id(s.group) not in failed]
 
     def _decode(self, running: list[_Sequence]) -> None:
         if self._runner is None:

@@ -183,3 +183,59 @@ def test_seeded_sampling_on_the_device_path_is_reproducible(tiny_bpe_dir: Path) 
     assert [s.tokens for s in first] == [s.tokens for s in second]
     # Requests with the same seed and prompt draw alike; prompts 0 and 2 differ, so only lengths match.
     assert all(len(s.tokens) == 8 for s in first)
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.context: dict[int, np.ndarray] = {}
+        self.tokens: dict[int, list[int]] = {}
+        self.done = threading.Event()
+
+    def is_cancelled(self) -> bool:
+        return False
+
+    def send(self, tensors: Any, *, final: bool, error: str | None = None) -> None:
+        assert error is None
+        if tensors is not None:
+            index = int(tensors["sequence_index"].reshape(-1)[0])
+            if "context_logits" in tensors:
+                self.context[index] = tensors["context_logits"]
+            self.tokens.setdefault(index, []).extend(int(t) for t in tensors["output_ids"].reshape(-1))
+        if final:
+            self.done.set()
+
+
+def test_batched_prefill_gives_each_prompt_its_own_context_logits_and_sequences(tiny_bpe_dir: Path) -> None:
+    """Prompts of different lengths prefilled together (left-padded) on the device path: the same
+    context logits as one prompt alone on the CPU path, and num_return_sequences rows continuing."""
+
+    def run(on_cpu: bool) -> list[_Context]:
+        runner = engine.TransformersRunner(str(tiny_bpe_dir), 1)
+        runner.on_cpu = on_cpu
+        loop = engine.Engine(runner=runner)
+        sinks = [_Context() for _ in PROMPTS]
+        declared = frozenset({"output_ids", "sequence_length", "context_logits", "sequence_index"})
+        for prompt, sink in zip(PROMPTS, sinks, strict=True):
+            loop.submit(
+                engine.RequestGroup(
+                    prompts=[prompt],
+                    params=[_params(temperature=0.0)],
+                    options=engine.OutputOptions(streaming=True, return_context_logits=True),
+                    sink=sink,
+                    declared_outputs=declared,
+                    num_return_sequences=2,
+                )
+            )
+        loop.start()  # every request is waiting: the first step admits them together
+        try:
+            for sink in sinks:
+                assert sink.done.wait(60)
+        finally:
+            loop.shutdown()
+        return sinks
+
+    reference, batched = run(True), run(False)
+    for prompt, ref, got in zip(PROMPTS, reference, batched, strict=True):
+        assert got.context[0].shape == ref.context[0].shape == (1, len(prompt), ref.context[0].shape[-1])
+        assert np.allclose(got.context[0], ref.context[0], atol=1e-4)
+        assert got.tokens == ref.tokens and len(got.tokens[1]) == 8
