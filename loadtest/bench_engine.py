@@ -101,6 +101,32 @@ def decode_step_ms(engine: ModuleType, runner: Any, batch: int, prompt_tokens: i
         runner.remove(uids)
 
 
+def torch_gpu_name() -> str:
+    import torch
+
+    return str(torch.cuda.get_device_name(0))
+
+
+def launch_overhead(kernels: int = 2000) -> str:
+    """What one small CUDA kernel costs from Python (launch and dispatch, a sync at the end), and
+    the environment that changes it: an eager forward of the model launches several hundred."""
+    import os
+
+    import torch
+
+    x = torch.zeros(16, device="cuda")
+    for _ in range(100):
+        x.add_(1)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(kernels):
+        x.add_(1)
+    torch.cuda.synchronize()
+    per_kernel_us = (time.perf_counter() - start) * 1e6 / kernels
+    blocking = os.environ.get("CUDA_LAUNCH_BLOCKING", "unset")
+    return f"small kernel from Python: {per_kernel_us:.1f} us each (CUDA_LAUNCH_BLOCKING={blocking})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     p = argparse.ArgumentParser(prog="python -m loadtest.bench_engine", description=__doc__)
@@ -120,9 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner = engine.TransformersRunner(str(model_dir), 1, device=args.device, dtype=dtype)
     name = args.device
     if args.device == "cuda":
-        import torch
-
-        name = torch.cuda.get_device_name(0)
+        name = torch_gpu_name()
+        sys.stdout.write(launch_overhead() + "\n")
     params = tiny_model.parameter_count(Path(model_dir))
     sys.stdout.write(f"reference engine on {name}, {params / 1e6:.0f}M parameters, {dtype}\n")
     sys.stdout.write(
