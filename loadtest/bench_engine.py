@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = torch_gpu_name()
         sys.stdout.write(launch_overhead() + "\n")
     params = tiny_model.parameter_count(Path(model_dir))
-    sys.stdout.write(f"reference engine on {name}, {params / 1e6:.0f}M parameters, {dtype}\n")
+    sys.stdout.write(f"reference engine on {name}, {params / 1e6:.1f}M parameters, {dtype}\n")
     sys.stdout.write(
         "| batch | output tokens | wall s | tokens/s | decode step ms (batch rows) |\n|---|---|---|---|---|\n"
     )
