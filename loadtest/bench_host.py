@@ -16,6 +16,8 @@ gateway figure; one whose busiest worker uses a whole core is "gateway-bound" (t
 capacity); the rest are "engine-paced" (the gateway kept up). The scaling verdicts, 1 against 8
 workers: CPU per token within 1.2x, and tokens per gateway core >= 0.8x (linear scaling of capacity;
 raw throughput cannot scale linearly where 8 workers outrun the engine's fixed step).
+`--engine gpu` uses the reference engine with torch on the GPU and a random model of a few hundred M
+parameters instead of the synthetic one (the header names the GPU, the model's size and the dtype).
 Writes results/host-<timestamp>/ (bench_host.md, .csv, .json, bench_host.png) and prints the table.
 """
 
