@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from gateway import tracing
-from gateway.apis import APIS, error_shape
+from gateway.apis import APIS, error_shape, rate_limit_headers
 from gateway.apis.openai.errors import install_error_handlers
 from gateway.config import ServedModel, Settings
 from gateway.core.models import ModelRegistry, ModelRuntime
@@ -234,6 +234,7 @@ def create_app(
             limiter=limiter,
             limits=key_limits,
             keyed=bool(keys),
+            header_format=rate_limit_headers,
         )
     if keys:
         app.add_middleware(

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from gateway.core.generation import GenerationService
 from gateway.http.middleware import ErrorShape
+from gateway.ratelimit import HeaderFormat
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +22,6 @@ class Api:
     # errors outside its routes (middleware refusals, unknown methods) leave in its shape too.
     error_prefix: str | None = None
     error_shape: ErrorShape | None = None
+    # Its own rate-limit headers on the same paths (Anthropic's `anthropic-ratelimit-*`); OpenAI's
+    # `x-ratelimit-*` elsewhere.
+    rate_limit_headers: HeaderFormat | None = None

@@ -1,13 +1,24 @@
 """Per-key rate limits on the generation routes: a `Quota` for each request (the core reserves its
-tokens once it knows them), OpenAI's `x-ratelimit-*` headers on the response, and the settlement
-with the tokens the request really used once the response (the whole stream) is done."""
+tokens once it knows them), the API's rate-limit headers on the response (OpenAI's `x-ratelimit-*`;
+Anthropic's `anthropic-ratelimit-*` on /v1/messages), and the settlement with the tokens the request
+really used once the response (the whole stream) is done."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.logs import current_request
-from gateway.ratelimit import KeyLimits, Quota, RateLimiter, current_quota, key_id
+from gateway.ratelimit import (
+    HeaderFormat,
+    KeyLimits,
+    Quota,
+    RateLimiter,
+    current_quota,
+    key_id,
+    openai_headers,
+)
 
 
 def presented_key(scope: Scope) -> str | None:
@@ -32,12 +43,14 @@ class RateLimitMiddleware:
         limiter: RateLimiter,
         limits: KeyLimits,
         keyed: bool,
+        header_format: Callable[[str], HeaderFormat] = lambda path: openai_headers,
     ) -> None:
         self.app = app
         self._paths = paths
         self._limiter = limiter
         self._limits = limits
         self._keyed = keyed
+        self._header_format = header_format
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] not in self._paths:
@@ -48,7 +61,7 @@ class RateLimitMiddleware:
         if not limits.any:
             await self.app(scope, receive, send)
             return
-        quota = Quota(self._limiter, key_id(key), limits)
+        quota = Quota(self._limiter, key_id(key), limits, self._header_format(scope["path"]))
         token = current_quota.set(quota)
 
         async def send_with_headers(message: Message) -> None:

@@ -110,20 +110,49 @@ class KeyLimits:
         return self._per_key.get(api_key or "", self._default)
 
 
+# How an API writes a key's limits and a bucket's state as response headers.
+HeaderFormat = Callable[[Limits, Decision], dict[str, str]]
+
+
+def openai_headers(limits: Limits, decision: Decision) -> dict[str, str]:
+    """OpenAI's `x-ratelimit-*` headers for the key's limited dimensions, and Retry-After on a refusal."""
+    out: dict[str, str] = {}
+    if limits.requests_per_minute is not None:
+        out["x-ratelimit-limit-requests"] = str(limits.requests_per_minute)
+        out["x-ratelimit-remaining-requests"] = str(max(0, decision.remaining_requests))
+        out["x-ratelimit-reset-requests"] = duration(decision.reset_requests_s)
+    if limits.tokens_per_minute is not None:
+        out["x-ratelimit-limit-tokens"] = str(limits.tokens_per_minute)
+        out["x-ratelimit-remaining-tokens"] = str(max(0, decision.remaining_tokens))
+        out["x-ratelimit-reset-tokens"] = duration(decision.reset_tokens_s)
+    out.update(retry_after(decision))
+    return out
+
+
+def retry_after(decision: Decision) -> dict[str, str]:
+    """`retry-after` in whole seconds (at least 1) on a refusal that a wait can cure; both APIs send it."""
+    if decision.allowed or decision.retry_after_s is None:
+        return {}
+    return {"retry-after": str(max(1, math.ceil(decision.retry_after_s)))}
+
+
 class Quota:
     """One request's dealings with its key's buckets: `reserve` at admission (the core calls it,
     raising RateLimitError when the key is over its limit), `settle` when the request is done."""
 
-    __slots__ = ("_key", "_limiter", "_limits", "_requested", "decision", "reserved")
+    __slots__ = ("_format", "_key", "_limiter", "_limits", "_requested", "decision", "reserved")
 
     # A state server that cannot be reached does not stop serving: limits are then not enforced,
     # and this says so in the log.
     _unreachable = Repeating()
 
-    def __init__(self, limiter: RateLimiter, key: str, limits: Limits) -> None:
+    def __init__(
+        self, limiter: RateLimiter, key: str, limits: Limits, header_format: HeaderFormat = openai_headers
+    ) -> None:
         self._limiter = limiter
         self._key = key
         self._limits = limits
+        self._format = header_format
         self.decision: Decision | None = None
         self.reserved = 0
         self._requested = 0
@@ -184,22 +213,8 @@ class Quota:
         )
 
     def headers(self) -> dict[str, str]:
-        """OpenAI's rate-limit headers for the key's limited dimensions, and Retry-After on a refusal."""
-        d = self.decision
-        if d is None:
-            return {}
-        out: dict[str, str] = {}
-        if self._limits.requests_per_minute is not None:
-            out["x-ratelimit-limit-requests"] = str(self._limits.requests_per_minute)
-            out["x-ratelimit-remaining-requests"] = str(max(0, d.remaining_requests))
-            out["x-ratelimit-reset-requests"] = duration(d.reset_requests_s)
-        if self._limits.tokens_per_minute is not None:
-            out["x-ratelimit-limit-tokens"] = str(self._limits.tokens_per_minute)
-            out["x-ratelimit-remaining-tokens"] = str(max(0, d.remaining_tokens))
-            out["x-ratelimit-reset-tokens"] = duration(d.reset_tokens_s)
-        if not d.allowed and d.retry_after_s is not None:
-            out["retry-after"] = str(max(1, math.ceil(d.retry_after_s)))
-        return out
+        """The rate-limit headers of the request's API (OpenAI's unless the path's API has its own)."""
+        return {} if self.decision is None else self._format(self._limits, self.decision)
 
 
 current_quota: contextvars.ContextVar[Quota | None] = contextvars.ContextVar("current_quota", default=None)

@@ -1,10 +1,12 @@
-"""Per-key rate limits on every generation API: OpenAI's x-ratelimit-* headers on each response,
+"""Per-key rate limits on every generation API: OpenAI's x-ratelimit-* headers on each response
+(Anthropic's anthropic-ratelimit-* on /v1/messages),
 429 with Retry-After in the API's own error shape when a key is over its requests or tokens per
 minute, tokens reserved at admission and settled to real usage; with a state server, two gateway
 apps (replicas) share a key's limit and stored responses."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +77,33 @@ async def test_over_the_limit_on_messages_is_anthropics_rate_limit_error(make_cl
     r = await client.post("/v1/messages", json=body, headers=headers)
     anthropic_errors.assert_error(r, 429, "rate_limit_error", message="Rate limit reached for requests")
     assert 58 <= int(r.headers["retry-after"]) <= 60
-    assert r.headers["x-ratelimit-remaining-requests"] == "0"
+    assert r.headers["anthropic-ratelimit-requests-remaining"] == "0"
+    assert "x-ratelimit-remaining-requests" not in r.headers
     assert len(engine.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_messages_carry_anthropics_rate_limit_headers(make_client: MakeClient, stream: bool) -> None:
+    """Anthropic's SDKs and Claude Code read `anthropic-ratelimit-*`, with resets as RFC 3339 instants."""
+    client, _ = await make_client(settings={"rate_limit_rpm": 5, "rate_limit_tpm": 600})
+    body = {"model": "tiny", "max_tokens": 10, "messages": USER, "stream": stream}
+    before = datetime.now(UTC).replace(microsecond=0)
+    async with client.stream("POST", "/v1/messages", json=body) as r:
+        assert r.status_code == 200
+        await r.aread()
+    h = r.headers
+    assert h["anthropic-ratelimit-requests-limit"] == "5"
+    assert h["anthropic-ratelimit-requests-remaining"] == "4"
+    assert h["anthropic-ratelimit-tokens-limit"] == "600"
+    assert int(h["anthropic-ratelimit-tokens-remaining"]) < 600 - 10
+    for name in ("anthropic-ratelimit-requests-reset", "anthropic-ratelimit-tokens-reset"):
+        assert h[name].endswith("Z")
+        reset = datetime.fromisoformat(h[name])
+        # One request of five per minute comes back within 12 s; tokens within a minute.
+        assert before <= reset <= before + timedelta(seconds=61), (name, h[name])
+    assert datetime.fromisoformat(h["anthropic-ratelimit-requests-reset"]) <= before + timedelta(seconds=13)
+    assert not [name for name in h if name.startswith("x-ratelimit-")]
+    assert "retry-after" not in h
 
 
 async def test_each_key_has_its_own_limit_and_may_have_its_own_numbers(make_client: MakeClient) -> None:
