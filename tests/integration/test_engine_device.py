@@ -21,9 +21,8 @@ def test_engine_device_cuda_without_a_gpu_fails_the_model_load_with_the_reason(t
         variables={"engine_device": "cuda", "engine_dtype": "bfloat16"},
     )
     server = TritonServer([repo.path], work_dir=tmp_path / "work", log_file=tmp_path / "triton.log")
-    with pytest.raises(TritonStartError):
-        with server:
-            pass
+    with pytest.raises(TritonStartError), server:
+        pass
     log = (tmp_path / "triton.log").read_text()
     failures = [line for line in log.splitlines() if "engine_device=cuda but torch" in line]
     assert failures, log[-3000:]
