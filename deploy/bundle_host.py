@@ -61,6 +61,19 @@ HOST_PACKAGES = (
     # opentelemetry-api (its telemetry hooks, off here).
     "ml-dtypes",
     "opentelemetry-api",
+    # Imported at the gateway's start: the cut tool-call reader of /v1/messages, Triton's HTTP
+    # generate_stream client (with its own dependencies) and the shared-state client.
+    "jiter",
+    "aiohttp",
+    "aiohappyeyeballs",
+    "aiosignal",
+    "attrs",
+    "frozenlist",
+    "multidict",
+    "propcache",
+    "yarl",
+    "idna",
+    "redis",
 )
 # Host packages left out of the venv: they need numpy 2 at import, and the stub needs numpy < 2.
 HOST_EXCLUDED = ("scipy", "sklearn", "scikit_learn")

@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Final
 
 from deploy.model_repo import ModelRepoError, parse_assignments, render_repository
-from deploy.tiny_model import DEV_KIND, KINDS, build_tiny_model, default_cache_root
+from deploy.tiny_model import ALL_KINDS, DEV_KIND, build_tiny_model, default_cache_root
 
 logger = logging.getLogger(__name__)
 
@@ -459,14 +459,37 @@ def prepare_dev_repository(
     return DevRepository(path, Path(model_dir), variant, engine_mode, f"{prefix}ensemble")
 
 
+def engine_variables(device: str | None, dtype: str | None) -> dict[str, object]:
+    """The template variables of the reference engine's device and dtype (only those given)."""
+    values: dict[str, object] = {}
+    if device is not None:
+        values["engine_device"] = device
+    if dtype is not None:
+        values["engine_dtype"] = dtype
+    return values
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.devstack", description=__doc__)
     parser.add_argument(
         "--model-dir", type=Path, default=None, help="HF model dir (default: build the tiny model)"
     )
-    parser.add_argument("--tokenizer-kind", choices=KINDS, default=DEV_KIND, help="tiny model kind")
+    parser.add_argument("--tokenizer-kind", choices=ALL_KINDS, default=DEV_KIND, help="tiny model kind")
     parser.add_argument("--variant", choices=("current", "legacy"), default="current")
     parser.add_argument("--engine-mode", choices=("model", "synthetic"), default="model")
+    parser.add_argument(
+        "--engine-device",
+        choices=("cpu", "cuda"),
+        default=None,
+        help="where the reference engine's torch runs the model (engine_device; default cpu); with cuda "
+        "use --tokenizer-kind gpu for a model of a few hundred M parameters",
+    )
+    parser.add_argument(
+        "--engine-dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        default=None,
+        help="the model's dtype (engine_dtype; auto: float32 on cpu, bfloat16 on cuda)",
+    )
     parser.add_argument("--grpc-port", type=int, default=None)
     parser.add_argument("--http-port", type=int, default=None)
     parser.add_argument("--metrics-port", type=int, default=None)
@@ -486,7 +509,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             variant=args.variant,
             engine_mode=args.engine_mode,
             tokenizer_kind=args.tokenizer_kind,
-            variables=parse_assignments(args.assignments),
+            variables={
+                **engine_variables(args.engine_device, args.engine_dtype),
+                **parse_assignments(args.assignments),
+            },
         )
     except ModelRepoError as exc:
         logger.error("%s", exc)

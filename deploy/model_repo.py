@@ -141,6 +141,25 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         minimum=1,
     ),
     Variable(
+        "engine_device",
+        "choice",
+        "CPU reference engine, engine_mode=model: where torch runs the model, 'cpu' or 'cuda' (the same "
+        "engine on a GPU: batched decode there, still the Python backend, not TensorRT-LLM); the model "
+        "refuses to load when cuda is asked for and torch sees no GPU.",
+        default="cpu",
+        backends=CPU,
+        choices=("cpu", "cuda"),
+    ),
+    Variable(
+        "engine_dtype",
+        "choice",
+        "CPU reference engine: the model's weights and compute dtype; 'auto' is float32 on the CPU and "
+        "bfloat16 on cuda.",
+        default="auto",
+        backends=CPU,
+        choices=("auto", "float32", "bfloat16", "float16"),
+    ),
+    Variable(
         "name_prefix",
         "str",
         "Prefix of every model name, e.g. 'bpe_' -> bpe_ensemble composing bpe_preprocessing, ...; lets "

@@ -82,6 +82,20 @@ AGENT_MODEL_PARAMS: Final[dict[str, Any]] = {
     "rope_theta": 1_000_000.0,
 }
 
+# The GPU preset: the agent model's tokenizer and context with a Llama-style body of about 380M
+# parameters (8 layers of width 2048, grouped-query attention), stored in bfloat16, so the reference
+# engine on a GPU produces tokens at GPU rates from real matrix work. Built on the host at run time
+# (about 0.8 GB), never carried; the usual initializer range (0.02) keeps bfloat16 activations tame.
+GPU_MODEL_PARAMS: Final[dict[str, Any]] = {
+    **AGENT_MODEL_PARAMS,
+    "hidden_size": 2048,
+    "intermediate_size": 5632,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "initializer_range": 0.02,
+}
+
 # ChatML-like, written in the explicit-string style so that template layout never leaks whitespace.
 CHAT_TEMPLATE: Final = """\
 {%- set ns = namespace(system=none, start=0) %}
@@ -240,6 +254,8 @@ class Recipe:
     extra_special_tokens: tuple[str, ...]
     chat_template: str
     model: Mapping[str, Any]
+    # The dtype the weights are saved in (initialised in float32 either way).
+    dtype: str = "float32"
 
 
 RECIPES: Final[dict[str, Recipe]] = {
@@ -256,8 +272,22 @@ RECIPES: Final[dict[str, Recipe]] = {
         AGENT_CHAT_TEMPLATE,
         AGENT_MODEL_PARAMS,
     ),
+    "gpu": Recipe(
+        "bpe",
+        VOCAB_SIZE["agent"],
+        CORPUS + AGENT_CORPUS,
+        (*TOOL_CALL_TOKENS, *THINK_TOKENS),
+        HARMONY_TOKENS,
+        AGENT_CHAT_TEMPLATE,
+        GPU_MODEL_PARAMS,
+        dtype="bfloat16",
+    ),
 }
-KINDS: Final = tuple(RECIPES)
+# Built on demand only, never by the tests: hundreds of MB of weights, meant for a GPU host.
+LARGE_KINDS: Final = ("gpu",)
+# The tiny kinds (what tests and the local stack build).
+KINDS: Final = tuple(k for k in RECIPES if k not in LARGE_KINDS)
+ALL_KINDS: Final = tuple(RECIPES)
 # What `make run` (gateway dev) and `python -m deploy.devstack` serve.
 DEV_KIND: Final = "agent"
 
@@ -288,6 +318,7 @@ def _recipe_key(kind: str) -> str:
         "extra_special_tokens": recipe.extra_special_tokens,
         "chat_template": recipe.chat_template,
         "model": dict(recipe.model),
+        "dtype": recipe.dtype,
         # Training and random init may change across library versions; a new version gets a new dir.
         "versions": [tokenizers.__version__, transformers.__version__, torch.__version__],
     }
@@ -394,6 +425,9 @@ def _save_model(recipe: Recipe, tokenizer, out: Path) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         model = LlamaForCausalLM(config)
+    if recipe.dtype != "float32":
+        model.to(getattr(torch, recipe.dtype))
+        model.config.dtype = recipe.dtype
     model.eval()
     # Like Llama 3 instruct: the tokenizer's eos ends a document, the extra eos id ends a chat turn.
     model.generation_config = GenerationConfig(
@@ -403,6 +437,22 @@ def _save_model(recipe: Recipe, tokenizer, out: Path) -> None:
         do_sample=False,
     )
     model.save_pretrained(out)
+
+
+def parameter_count(model_dir: Path) -> int:
+    """The parameters of a saved model, read from its safetensors headers (no torch import)."""
+    total = 0
+    for file in sorted(Path(model_dir).glob("*.safetensors")):
+        with file.open("rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                count = 1
+                for dim in entry["shape"]:
+                    count *= int(dim)
+                total += count
+    return total
 
 
 @contextlib.contextmanager
@@ -424,8 +474,8 @@ def build_tiny_model(kind: str = "bpe", *, cache_root: Path | None = None) -> Pa
     The directory is keyed by the recipe's content, built in a temporary directory and renamed into
     place, so concurrent callers and interrupted builds never see a half-written model.
     """
-    if kind not in KINDS:
-        raise ValueError(f"unknown tiny model kind {kind!r}; expected one of {', '.join(KINDS)}")
+    if kind not in ALL_KINDS:
+        raise ValueError(f"unknown tiny model kind {kind!r}; expected one of {', '.join(ALL_KINDS)}")
     root = (cache_root or default_cache_root()).expanduser()
     final = root / f"tiny-{kind}-{_recipe_key(kind)}"
     if (final / "config.json").is_file():
@@ -456,7 +506,7 @@ def build_tiny_model(kind: str = "bpe", *, cache_root: Path | None = None) -> Pa
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.tiny_model", description=__doc__)
-    parser.add_argument("--kind", choices=KINDS, default="bpe")
+    parser.add_argument("--kind", choices=ALL_KINDS, default="bpe")
     parser.add_argument(
         "--cache-root", type=Path, default=None, help="default: $GATEWAY_CACHE_DIR or ~/.cache"
     )

@@ -28,6 +28,8 @@ against 8 workers on the issue's cells: CPU per token within 1.2x, and tokens pe
 0.8x (linear scaling of capacity; raw throughput cannot scale linearly where 8 workers outrun the
 engine's fixed step). Writes results/host-<timestamp>/ (bench_host.md, .csv, .json, bench_host.png)
 and prints the report.
+`--engine gpu` uses the reference engine with torch on the GPU and a random model of a few hundred M
+parameters instead of the synthetic one (the header names the GPU, the model's size and the dtype).
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ CONNECTION_LABELS = {
     "fresh": "a new connection per request (as many clients do)",
     "keep-alive": "keep-alive connections, one per stream",
 }
+ENGINES = ("synthetic", "gpu")
+GPU_MODEL_KIND = "gpu"
+# Engine instances for --engine gpu unless given: each holds the model and a CUDA context, and the
+# GPU runs one instance's kernels at a time.
+GPU_ENGINE_INSTANCES = 2
 API_LABELS = {
     "completions": "completions",
     "chat": "chat completions",
@@ -272,7 +279,16 @@ def start_stack(cfg: HostConfig, workdir: Path) -> Iterator[HostStack]:
         "max_active_requests": 1024,
         "engine_instance_count": cfg.engine_instances,
     }
-    repo = devstack.prepare_dev_repository(workdir / "model_repo", engine_mode="synthetic", variables=values)
+    if cfg.engine_mode == "gpu":
+        # The reference engine on the GPU: the larger random model, built here on first use.
+        values.update({"engine_device": "cuda", "engine_dtype": "bfloat16"})
+        repo = devstack.prepare_dev_repository(
+            workdir / "model_repo", engine_mode="model", tokenizer_kind=GPU_MODEL_KIND, variables=values
+        )
+    else:
+        repo = devstack.prepare_dev_repository(
+            workdir / "model_repo", engine_mode="synthetic", variables=values
+        )
     with contextlib.ExitStack() as stack:
         servers = [
             stack.enter_context(
@@ -890,6 +906,37 @@ def plot(path: Path, table: Sequence[dict[str, Any]], cfg: HostConfig) -> None:
     plt.close(fig)
 
 
+def gpu_name() -> str:
+    """The host's first GPU as nvidia-smi names it ("" without one)."""
+    import subprocess
+
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        return out.strip().splitlines()[0] if out.strip() else ""
+    return ""
+
+
+def engine_description(cfg: HostConfig) -> str:
+    """The report header's engine: synthetic pacing, or the reference engine's GPU, model and dtype."""
+    if cfg.engine_mode != "gpu":
+        return f"{cfg.engine_mode}, step {cfg.step_ms:g} ms"
+    from deploy import tiny_model
+
+    model_dir = tiny_model.build_tiny_model(GPU_MODEL_KIND)
+    params = tiny_model.parameter_count(model_dir)
+    return (
+        f"the reference engine on {gpu_name() or 'a GPU'} (torch, bfloat16, a random Llama-style model of "
+        f"{params / 1e6:.0f}M parameters, batched decode; eager PyTorch behind Triton's Python backend, not "
+        f"TensorRT-LLM), cells judged against a {cfg.step_ms:g} ms step"
+    )
+
+
 def loadgen_capacity(cfg: HostConfig, plan: CpuPlan | None) -> float:
     """The cores the load generator can use: one per process (each is one event loop), no more than
     its cpus."""
@@ -903,13 +950,14 @@ def write_report(
     fixed = [r for r in table if not r["per_worker"]]
     matched = [r for r in table if r["per_worker"]]
     info = machine()
+    engine = engine_description(cfg)
     text = "\n".join(
         [
             f"# make bench-host{f' ({cfg.label})' if cfg.label else ''}: {info['date_utc']} on "
             f"{info['host']} ({info['cores']} cores, "
             f"{info.get('cpu', '?')}, {info.get('memory_gib', '?')} GiB, Python {info['python']})",
             "",
-            f"Engine: {cfg.engine_mode}, step {cfg.step_ms:g} ms, {cfg.engine_instances} instance(s) x "
+            f"Engine: {engine}, {cfg.engine_instances} instance(s) x "
             f"{cfg.triton_replicas} Triton(s); {cfg.max_tokens} output tokens, {cfg.prompt_tokens}-token "
             f"prompts; engine route; {cfg.load_processes} load process(es); {cfg.repeats} round(s), "
             f"medians; a cell is Triton-bound when TPOT p50 > {cfg.bound_factor:g} x the step and no "
@@ -987,7 +1035,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", help="comma list (default 64,256)")
     p.add_argument("--apis", help=f"comma list of {','.join(API_LABELS)} (default: all)")
     p.add_argument("--repeat", type=int, help="rounds (default 3)")
-    p.add_argument("--engine-instances", type=int, help="synthetic engine instances per Triton (default 12)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="synthetic (fixed step, no model; the default) or gpu: the reference engine with torch on "
+        "the GPU and a random model of a few hundred M parameters",
+    )
+    p.add_argument(
+        "--engine-instances",
+        type=int,
+        help=f"engine instances per Triton (default 12 synthetic, {GPU_ENGINE_INSTANCES} gpu)",
+    )
     p.add_argument("--triton-replicas", type=int, help="tritonserver processes (default 1)")
     p.add_argument("--load-processes", type=int, help="load generator processes (default 6)")
     p.add_argument("--step-ms", type=float)
@@ -1054,6 +1112,9 @@ def config_from_args(args: argparse.Namespace) -> HostConfig:
         changes["per_worker_concurrencies"] = tuple(
             sorted({int(x) for x in args.per_worker_concurrency.split(",") if x.strip() and int(x) > 0})
         )
+    if args.engine == "gpu":
+        changes["engine_mode"] = "gpu"
+        changes.setdefault("engine_instances", GPU_ENGINE_INSTANCES)
     if args.gateway_arg:
         changes["gateway_extra_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
     if args.label:

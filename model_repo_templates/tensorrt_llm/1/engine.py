@@ -499,6 +499,105 @@ def synthetic_base(prompt: Sequence[int], seed: int, sequence_index: int) -> int
     return int.from_bytes(digest, "little")
 
 
+ENGINE_DEVICES = ("cpu", "cuda")
+# Padded prompt tokens in one batched context phase on a GPU.
+PREFILL_BATCH_TOKENS = 16384
+ENGINE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_engine_device(device: str, dtype: str) -> None:
+    """Refuse a device or dtype the runner cannot use here, in one line (EngineError)."""
+    if device not in ENGINE_DEVICES:
+        raise EngineError(f"engine_device must be one of {', '.join(ENGINE_DEVICES)}, got {device!r}")
+    if dtype not in ENGINE_DTYPES:
+        raise EngineError(f"engine_dtype must be one of {', '.join(ENGINE_DTYPES)}, got {dtype!r}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            build = torch.version.cuda
+            raise EngineError(
+                f"engine_device=cuda but torch {torch.__version__} sees no CUDA GPU ("
+                + (f"built for CUDA {build}: no device or driver visible" if build else "a CPU-only build")
+                + "); use engine_device=cpu"
+            )
+
+
+def _hash32(x: Any) -> Any:
+    """A 32-bit integer hash of each element of an int64 tensor holding values in [0, 2**32).
+
+    Both multipliers are below 2**31, so no product overflows int64 (the same bits on CPU and GPU).
+    """
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x = x ^ (x >> 15)
+    x = (x * 0x5BD1E995) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def sequence_noise_key(seed: int, index: int, position: int) -> int:
+    """The 32-bit key of one sequence's sampling noise at one position (device sampling)."""
+    return _mix64(((seed + index * 0x9E3779B1) % 2**63) + position) & 0xFFFFFFFF
+
+
+def sample_on_device(
+    logits: Any, rows: Sequence[int], params: Sequence[SamplingParams], noise_keys: Sequence[int]
+) -> tuple[list[int], list[float]]:
+    """Pick the next token of several rows of ``logits`` ([rows, vocab] float32 on any device) at once.
+
+    For rows with no bias, penalty, ban, grammar or logits output: greedy rows take the argmax;
+    sampling rows divide by their temperature, keep their top_k and top_p (the same truncation as
+    ``Engine._sample``) and draw by the Gumbel-max trick, whose noise is a hash of the row's key and
+    each vocabulary id: reproducible for a seed, independent of the batch, with no per-row generator.
+    The log prob is log_softmax(scores / temperature)[token], as on the host. One transfer to the
+    host for the whole batch.
+    """
+    import torch
+
+    device = logits.device
+    index = torch.tensor(list(rows), dtype=torch.long).to(device, non_blocking=True)
+    scores = logits.index_select(0, index)
+    greedy_rows = [p.greedy for p in params]
+    if all(greedy_rows):
+        tokens = torch.argmax(scores, dim=-1)
+        log_probs = torch.log_softmax(scores, dim=-1)
+    else:
+        vocab = scores.shape[-1]
+        host = torch.tensor(
+            [
+                (
+                    1.0 if p.greedy else p.temperature,
+                    float(min(p.top_k, vocab)) if p.top_k > 0 else 0.0,
+                    p.top_p if 0.0 < p.top_p < 1.0 else 2.0,
+                    float(g),
+                )
+                for p, g in zip(params, greedy_rows, strict=True)
+            ],
+            dtype=torch.float32,
+        )
+        knobs = host.to(device, non_blocking=True)
+        keys = torch.tensor(list(noise_keys), dtype=torch.long).to(device, non_blocking=True)
+        scaled = scores / knobs[:, 0:1]
+        log_probs = torch.log_softmax(scaled, dim=-1)
+        ordered, order = torch.sort(scaled, dim=-1, descending=True)
+        top_k = knobs[:, 1].long()
+        kth = ordered.gather(1, (top_k - 1).clamp(min=0)[:, None])
+        kept = scaled.masked_fill((top_k[:, None] > 0) & (scaled < kth), NEG_INF)
+        probs = torch.softmax(kept, dim=-1)
+        sorted_probs = probs.gather(1, order)
+        drop_sorted = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= knobs[:, 2:3]
+        drop = torch.zeros_like(drop_sorted).scatter(1, order, drop_sorted)
+        kept = kept.masked_fill(drop, NEG_INF)
+        ids = torch.arange(vocab, device=device, dtype=torch.long)
+        bits = _hash32(_hash32((keys[:, None] + ids[None, :] * 0x9E3779B9) & 0xFFFFFFFF) ^ keys[:, None])
+        uniform = ((bits >> 8).float() + 0.5) * (1.0 / 2**24)
+        drawn = torch.argmax(kept - torch.log(-torch.log(uniform)), dim=-1)
+        tokens = torch.where(knobs[:, 3] > 0, torch.argmax(scores, dim=-1), drawn)
+    picked = log_probs.gather(1, tokens[:, None])[:, 0]
+    both = torch.stack([tokens.double(), picked.double()]).cpu()
+    return [int(t) for t in both[0].tolist()], both[1].tolist()
+
+
 class TransformersRunner:
     """A transformers causal LM with one batched KV cache; rows are left-padded to a common length.
 
@@ -507,13 +606,19 @@ class TransformersRunner:
     computed exactly as ``model.generate`` computes it.
     """
 
-    def __init__(self, model_dir: str, threads: int) -> None:
+    def __init__(self, model_dir: str, threads: int, *, device: str = "cpu", dtype: str = "float32") -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
+        check_engine_device(device, dtype)
         torch.set_num_threads(threads)
         self._torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.device = torch.device(device)
+        self.on_cpu = self.device.type == "cpu"
+        self.dtype = dtype
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+        if not self.on_cpu:
+            self.model.to(self.device)
         self.model.eval()
         config = self.model.config
         self.vocab_size = int(config.get_text_config().vocab_size)
@@ -530,10 +635,76 @@ class TransformersRunner:
     def prefill(self, prompt: list[int], want_context_logits: bool) -> tuple[Any, np.ndarray | None, Any]:
         torch = self._torch
         with torch.inference_mode():
-            out = self.model(input_ids=torch.tensor([prompt], dtype=torch.long), use_cache=True)
+            ids = torch.tensor([prompt], dtype=torch.long)
+            out = self.model(input_ids=ids if self.on_cpu else ids.to(self.device), use_cache=True)
         kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
-        context = out.logits[0].float().numpy().copy() if want_context_logits else None
-        return out.logits[0, -1].float(), context, kv
+        context = out.logits[0].float().cpu().numpy().copy() if want_context_logits else None
+        last = out.logits[0, -1].float()
+        # A new sequence's first token is sampled on the host (one row, once per request), with the
+        # same code as the CPU engine's; only decode steps sample on the device.
+        return (last if self.on_cpu else last.cpu()), context, kv
+
+    def prefill_batch(
+        self, prompts: list[list[int]], want_context_logits: list[bool]
+    ) -> tuple[Any, list[np.ndarray | None], Any, list[int]]:
+        """One forward of several prompts, left-padded to the longest: their last logits ([n, vocab]
+        float32 on the host, one transfer), context logits where asked, the KV cache ([n, ...], padded)
+        and each row's padding."""
+        torch = self._torch
+        width = max(len(p) for p in prompts)
+        pads = [width - len(p) for p in prompts]
+        ids = torch.zeros((len(prompts), width), dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, (prompt, pad) in enumerate(zip(prompts, pads, strict=True)):
+            ids[row, pad:] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, pad:] = 1
+        positions = (torch.arange(width)[None, :] - torch.tensor(pads)[:, None]).clamp(min=0)
+        want_any = any(want_context_logits)
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=ids.to(self.device, non_blocking=True),
+                attention_mask=mask.to(self.device, non_blocking=True),
+                position_ids=positions.to(self.device, non_blocking=True),
+                use_cache=True,
+                # Only the last position's logits unless a request wants the context's.
+                logits_to_keep=0 if want_any else 1,
+            )
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        lasts = out.logits[:, -1].float().cpu()
+        contexts = [
+            out.logits[row, pad:].float().cpu().numpy().copy() if want else None
+            for row, (pad, want) in enumerate(zip(pads, want_context_logits, strict=True))
+        ]
+        return lasts, contexts, kv, pads
+
+    def add_rows(self, rows: list[tuple[int, list[int]]], kv: list[tuple[Any, Any]], pads: list[int]) -> None:
+        """Join sequences to the batch from a ``prefill_batch``: (row of kv, the uids continuing it)."""
+        torch = self._torch
+        index = [row for row, uids in rows for _ in uids]
+        if not index:
+            return
+        uids = [uid for _, group in rows for uid in group]
+        new_pads = [pads[row] for row in index]
+        picked = torch.tensor(index, dtype=torch.long).to(self.device)
+        keys = [k.index_select(0, picked) for k, _ in kv]
+        values = [v.index_select(0, picked) for _, v in kv]
+        if not self._uids:
+            self._keys, self._values, self._uids, self._pads = keys, values, uids, new_pads
+            return
+        pad = torch.nn.functional.pad
+        current, length = int(self._keys[0].shape[2]), int(keys[0].shape[2])
+        target = max(current, length)
+        grow_old, grow_new = target - current, target - length
+        self._keys = [
+            torch.cat([pad(old, (0, 0, grow_old, 0)), pad(new, (0, 0, grow_new, 0))])
+            for old, new in zip(self._keys, keys, strict=True)
+        ]
+        self._values = [
+            torch.cat([pad(old, (0, 0, grow_old, 0)), pad(new, (0, 0, grow_new, 0))])
+            for old, new in zip(self._values, values, strict=True)
+        ]
+        self._pads = [p + grow_old for p in self._pads] + [p + grow_new for p in new_pads]
+        self._uids.extend(uids)
 
     def add(self, uids: list[int], kv: list[tuple[Any, Any]]) -> None:
         torch = self._torch
@@ -573,6 +744,8 @@ class TransformersRunner:
             return
         torch = self._torch
         index = torch.tensor(keep, dtype=torch.long)
+        if not self.on_cpu:
+            index = index.to(self.device)
         self._uids = [self._uids[i] for i in keep]
         self._pads = [self._pads[i] for i in keep]
         # Columns that are padding in every remaining row are dead weight in every later step.
@@ -581,17 +754,36 @@ class TransformersRunner:
         self._values = [v.index_select(0, index)[:, :, trim:] for v in self._values]
         self._pads = [p - trim for p in self._pads]
 
+    @property
+    def uids(self) -> list[int]:
+        """The sequences in the batch, in the order of the rows ``decode_batch`` returns."""
+        return self._uids
+
     def decode(self, feed: dict[int, int]) -> dict[int, Any]:
         """One batched forward of every row's pending token; returns each row's next-token logits."""
+        logits = self.decode_batch(feed)
+        return {uid: logits[row] for row, uid in enumerate(self._uids)}
+
+    def decode_batch(self, feed: dict[int, int]) -> Any:
+        """One batched forward of every row's pending token: the next-token logits, [rows, vocab]
+        float32 on the runner's device, rows in ``uids`` order."""
         from transformers import DynamicCache
 
         torch = self._torch
         length = int(self._keys[0].shape[2])
         input_ids = torch.tensor([[feed[uid]] for uid in self._uids], dtype=torch.long)
-        mask = torch.ones((len(self._uids), length + 1), dtype=torch.long)
-        for row, pad in enumerate(self._pads):
-            mask[row, :pad] = 0
-        positions = torch.tensor([[length - pad] for pad in self._pads], dtype=torch.long)
+        if self.on_cpu:
+            mask = torch.ones((len(self._uids), length + 1), dtype=torch.long)
+            for row, pad in enumerate(self._pads):
+                mask[row, :pad] = 0
+            positions = torch.tensor([[length - pad] for pad in self._pads], dtype=torch.long)
+        else:
+            # Three small host-to-device copies a step; the mask is built on the device.
+            pads = torch.tensor(self._pads, dtype=torch.long).to(self.device, non_blocking=True)
+            input_ids = input_ids.to(self.device, non_blocking=True)
+            columns = torch.arange(length + 1, device=self.device)
+            mask = (columns[None, :] >= pads[:, None]).long()
+            positions = (length - pads)[:, None]
         cache = DynamicCache(ddp_cache_data=list(zip(self._keys, self._values, strict=True)))
         with torch.inference_mode():
             out = self.model(
@@ -603,8 +795,38 @@ class TransformersRunner:
             )
         self._keys = [layer.keys for layer in out.past_key_values.layers]
         self._values = [layer.values for layer in out.past_key_values.layers]
-        logits = out.logits[:, -1].float()
-        return {uid: logits[row] for row, uid in enumerate(self._uids)}
+        return out.logits[:, -1].float()
+
+
+def _prefill_chunks(pending: list[Any], budget: int) -> Iterable[list[Any]]:
+    """Consecutive runs of (group, prompt, params, seqs) whose padded width x count fits ``budget``
+    (a prompt longer than the budget runs alone)."""
+    chunk: list[Any] = []
+    width = 0
+    for item in pending:
+        wider = max(width, len(item[1]))
+        if chunk and wider * (len(chunk) + 1) > budget:
+            yield chunk
+            chunk, wider = [], len(item[1])
+        chunk.append(item)
+        width = wider
+    if chunk:
+        yield chunk
+
+
+def _samples_on_device(seq: _Sequence) -> bool:
+    """Whether ``sample_on_device`` computes this sequence's next token as ``_sample_and_accept`` would."""
+    params = seq.params
+    return (
+        (params.embedding_bias is None or not params.embedding_bias.size)
+        and params.repetition_penalty == 1.0
+        and not params.presence_penalty
+        and not params.frequency_penalty
+        and not params.bad_words
+        and not (params.end_id is not None and len(seq.generated) < params.min_tokens)
+        and seq.grammar is None
+        and not seq.group.options.return_generation_logits
+    )
 
 
 def _ends_with(tokens: list[int], word: tuple[int, ...]) -> bool:
@@ -639,6 +861,8 @@ class Engine:
         self._stop_ids: set[str] = set()
         self._active: list[_Sequence] = []
         self._groups: dict[int, RequestGroup] = {}
+        # Context phases waiting for this step's batched prefill (GPU runners only).
+        self._deferred: list[tuple[RequestGroup, list[int], SamplingParams, list[_Sequence]]] = []
         self._next_uid = 0
         self._running = False
         self._thread: threading.Thread | None = None
@@ -877,7 +1101,10 @@ class Engine:
                     if seq.group is group and seq.blocks is not None and self._kv is not None:
                         self._kv.release(seq.blocks, seq.prompt)
                 admitted = [s for s in admitted if s.group is not group]
+                self._deferred = [d for d in self._deferred if d[0] is not group]
                 self._fail(group, f"prefill failed: {exc}")
+        if self._deferred:
+            admitted = self._prefill_deferred(admitted)
         self._active.extend(admitted)
         return admitted, context_tokens, context_requests
 
@@ -903,9 +1130,25 @@ class Engine:
                 seq.synthetic_base = synthetic_base(prompt, params.seed, seq.index)
                 self._accept(seq, synthetic_token(self._candidates, seq.synthetic_base, 0), 0.0, None)
             return seqs
+        if not self._runner.on_cpu:
+            # On a GPU the context phases of a step run as one batched forward (_prefill_deferred).
+            self._deferred.append((group, prompt, params, seqs))
+            return seqs
+        last_logits, context, kv = self._runner.prefill(prompt, group.options.return_context_logits)
+        self._first_tokens(params, seqs, last_logits, context)
+        live = [s for s in seqs if not s.finished]
+        if live:
+            self._runner.add([s.uid for s in live], kv)
+            for seq in live:
+                seq.in_runner = True
+        return seqs
+
+    def _first_tokens(
+        self, params: SamplingParams, seqs: list[_Sequence], last_logits: Any, context: np.ndarray | None
+    ) -> None:
+        """Sample each new sequence's first token from its prompt's last logits (on the host)."""
         import torch
 
-        last_logits, context, kv = self._runner.prefill(prompt, group.options.return_context_logits)
         for seq in seqs:
             seq.context_logits = context
             if params.guide is not None:
@@ -915,12 +1158,51 @@ class Engine:
                 # Sequences of one request sample independently: each index gets its own stream.
                 seq.generator = torch.Generator().manual_seed((params.seed + seq.index * 0x9E3779B1) % 2**63)
             self._sample_and_accept(seq, last_logits)
-        live = [s for s in seqs if not s.finished]
-        if live:
-            self._runner.add([s.uid for s in live], kv)
-            for seq in live:
-                seq.in_runner = True
-        return seqs
+
+    def _prefill_deferred(self, admitted: list[_Sequence]) -> list[_Sequence]:
+        """The step's context phases on a GPU: left-padded prompts in batched forwards of at most
+        PREFILL_BATCH_TOKENS (padded) tokens, one transfer of their last logits to the host each; a
+        request whose prefill fails gets an error and leaves the batch, the others go on."""
+        assert self._runner is not None
+        pending, self._deferred = self._deferred, []
+        failed: dict[int, tuple[RequestGroup, str]] = {}
+        for chunk in _prefill_chunks(pending, PREFILL_BATCH_TOKENS):
+            try:
+                lasts, contexts, kv, pads = self._runner.prefill_batch(
+                    [prompt for _, prompt, _, _ in chunk],
+                    [group.options.return_context_logits for group, _, _, _ in chunk],
+                )
+            except Exception as exc:
+                logger.exception("prefill failed")
+                for group, _, _, _ in chunk:
+                    failed.setdefault(id(group), (group, f"prefill failed: {exc}"))
+                continue
+            rows: list[tuple[int, list[_Sequence]]] = []
+            for i, (group, _, params, seqs) in enumerate(chunk):
+                if id(group) in failed:
+                    continue
+                try:
+                    self._first_tokens(params, seqs, lasts[i], contexts[i])
+                except Exception as exc:
+                    logger.exception("prefill failed")
+                    failed[id(group)] = (group, f"prefill failed: {exc}")
+                    continue
+                rows.append((i, [s for s in seqs if not s.finished]))
+            self._runner.add_rows([(i, [s.uid for s in live]) for i, live in rows], kv, pads)
+            for _, live in rows:
+                for seq in live:
+                    seq.in_runner = True
+        if not failed:
+            return admitted
+        for seq in admitted:
+            if id(seq.group) in failed:
+                if seq.in_runner:
+                    self._runner.remove([seq.uid])
+                if seq.blocks is not None and self._kv is not None:
+                    self._kv.release(seq.blocks, seq.prompt)
+        for group, message in failed.values():
+            self._fail(group, message)
+        return [s for s in admitted if id(s.group) not in failed]
 
     def _decode(self, running: list[_Sequence]) -> None:
         if self._runner is None:
@@ -929,9 +1211,34 @@ class Engine:
                     seq, synthetic_token(self._candidates, seq.synthetic_base, len(seq.generated)), 0.0, None
                 )
             return
-        logits = self._runner.decode({s.uid: s.generated[-1] for s in running})
-        for seq in running:
-            self._sample_and_accept(seq, logits[seq.uid])
+        feed = {s.uid: s.generated[-1] for s in running}
+        if self._runner.on_cpu:
+            logits = self._runner.decode(feed)
+            for seq in running:
+                self._sample_and_accept(seq, logits[seq.uid])
+            return
+        # On a GPU: plain rows are sampled there in one batch; the rest (penalties, bans, grammar,
+        # logits outputs) get their rows copied to the host in one transfer and the CPU engine's code.
+        batch = self._runner.decode_batch(feed)
+        row_of = {uid: row for row, uid in enumerate(self._runner.uids)}
+        plain = [s for s in running if _samples_on_device(s)]
+        other = [s for s in running if not _samples_on_device(s)]
+        if plain:
+            tokens, log_probs = sample_on_device(
+                batch,
+                [row_of[s.uid] for s in plain],
+                [s.params for s in plain],
+                [sequence_noise_key(s.params.seed, s.index, len(s.generated)) for s in plain],
+            )
+            for seq, token, log_prob in zip(plain, tokens, log_probs, strict=True):
+                self._accept(seq, token, log_prob, None)
+        if other:
+            import torch
+
+            index = torch.tensor([row_of[s.uid] for s in other], dtype=torch.long).to(batch.device)
+            host = batch.index_select(0, index).cpu()
+            for i, seq in enumerate(other):
+                self._sample_and_accept(seq, host[i])
 
     def _sample_and_accept(self, seq: _Sequence, logits: Any) -> None:
         """Pick the next token from ``logits`` (the model's raw row) and record its log prob.

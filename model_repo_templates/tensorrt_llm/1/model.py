@@ -27,6 +27,7 @@ from engine import (
     SamplingParams,
     StepStats,
     TransformersRunner,
+    check_engine_device,
 )
 
 # Inputs the stock contract declares that this engine cannot honour: a request using them gets an error.
@@ -172,7 +173,14 @@ class TritonPythonModel:
             candidates = self._synthetic_candidates(model_dir)
             step_s = float(_parameter(config, "synthetic_step_ms", "20")) / 1000.0
         elif mode == "model":
-            runner = TransformersRunner(model_dir, int(_parameter(config, "engine_threads", "1")))
+            device, dtype = self._device(config)
+            try:
+                check_engine_device(device, dtype)
+            except EngineError as exc:
+                raise pb_utils.TritonModelException(str(exc)) from None
+            runner = TransformersRunner(
+                model_dir, int(_parameter(config, "engine_threads", "1")), device=device, dtype=dtype
+            )
             candidates, step_s = [], 0.0
         else:
             raise pb_utils.TritonModelException(f"engine_mode must be 'model' or 'synthetic', got {mode!r}")
@@ -205,18 +213,30 @@ class TritonPythonModel:
             / 1000.0,
         )
         self.engine.start()
+        where = "" if runner is None else f" device={runner.device} dtype={runner.dtype}"
         pb_utils.Logger.log_info(
-            f"CPU reference engine ready: mode={mode} model_dir={model_dir} decoupled={self.decoupled} "
+            f"CPU reference engine ready: mode={mode}{where} model_dir={model_dir} decoupled={self.decoupled} "
             f"max_active_requests={max_active} guided_decoding_backend={guided_backend or 'none'} "
             f"kv_cache_reuse={self.kv_cache.reuse} tokens_per_block={self.kv_cache.tokens_per_block} "
             f"kv_cache_blocks={self.kv_cache.max_blocks}"
         )
 
     @staticmethod
+    def _device(config: dict[str, Any]) -> tuple[str, str]:
+        """engine_device (cpu | cuda) and engine_dtype; "auto": float32 on the CPU, bfloat16 on a GPU."""
+        device = _parameter(config, "engine_device", "cpu").strip().lower() or "cpu"
+        dtype = _parameter(config, "engine_dtype", "auto").strip().lower() or "auto"
+        if dtype == "auto":
+            dtype = "float32" if device == "cpu" else "bfloat16"
+        return device, dtype
+
+    @staticmethod
     def _kv_cache(config: dict[str, Any]) -> KvCacheManager:
         try:
             tokens_per_block = int(_parameter(config, "tokens_per_block", "32"))
-            max_tokens = int(_parameter(config, "max_tokens_in_paged_kv_cache", str(_DEFAULT_KV_CACHE_TOKENS)))
+            max_tokens = int(
+                _parameter(config, "max_tokens_in_paged_kv_cache", str(_DEFAULT_KV_CACHE_TOKENS))
+            )
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"KV cache parameters must be integers: {exc}") from None
         if tokens_per_block < 1 or max_tokens < tokens_per_block:

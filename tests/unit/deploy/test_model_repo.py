@@ -342,10 +342,38 @@ def test_cpu_backend_runs_the_python_reference_engine(tmp_path: Path) -> None:
     assert {p.name for p in (out / "postprocessing" / "1").iterdir()} == {"model.py", "token_bytes.py"}
 
 
+def test_the_reference_engine_runs_on_the_cpu_unless_a_device_is_set(tmp_path: Path) -> None:
+    default = _parameters(
+        load_model_configs(
+            render_repository(tmp_path / "cpu", backend="cpu", variant="current", variables=_variables("cpu"))
+        )["tensorrt_llm"]
+    )
+    cuda = _parameters(
+        load_model_configs(
+            render_repository(
+                tmp_path / "cuda",
+                backend="cpu",
+                variant="legacy",
+                variables=_variables("cpu", engine_device="cuda", engine_dtype="bfloat16"),
+            )
+        )["tensorrt_llm"]
+    )
+
+    assert (default["engine_device"], default["engine_dtype"]) == ("cpu", "auto")
+    assert (cuda["engine_device"], cuda["engine_dtype"]) == ("cuda", "bfloat16")
+
+
 @pytest.mark.parametrize(
     ("backend", "variables", "variable"),
     [
         ("cpu", {"tokenizer_dir": "/t", "max_batch_sise": 8}, "max_batch_sise"),
+        ("cpu", {"tokenizer_dir": "/t", "engine_device": "gpu"}, "engine_device"),
+        ("cpu", {"tokenizer_dir": "/t", "engine_dtype": "int4"}, "engine_dtype"),
+        (
+            "tensorrtllm",
+            {"tokenizer_dir": "/t", "engine_dir": "/e", "engine_device": "cuda"},
+            "engine_device",
+        ),
         ("cpu", {"tokenizer_dir": "/t", "engine_dir": "/e"}, "engine_dir"),
         ("tensorrtllm", {"tokenizer_dir": "/t", "engine_dir": "/e", "engine_mode": "model"}, "engine_mode"),
         ("cpu", {}, "tokenizer_dir"),

@@ -363,3 +363,24 @@ def test_agent_template_renders_reasoning_effort_and_the_current_turns_reasoning
         '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call><|eot|>\n'
         "<|im_start|>tool\nsunny<|eot|>\n<|im_start|>assistant\n"
     )
+
+
+def test_parameter_count_reads_the_safetensors_headers(tiny_bpe_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_bpe_dir)
+    assert tiny_model.parameter_count(tiny_bpe_dir) == sum(p.numel() for p in model.parameters())
+
+
+def test_the_gpu_preset_is_a_few_hundred_million_parameters_in_bfloat16_and_not_built_by_tests() -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    recipe = tiny_model.RECIPES["gpu"]
+    assert "gpu" in tiny_model.ALL_KINDS and "gpu" not in tiny_model.KINDS
+    assert recipe.dtype == "bfloat16" and recipe.vocab_size == tiny_model.RECIPES["agent"].vocab_size
+    assert recipe.chat_template == tiny_model.AGENT_CHAT_TEMPLATE
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=recipe.vocab_size, **recipe.model))
+    count = sum(p.numel() for p in model.parameters())
+    assert 200e6 < count < 600e6

@@ -177,3 +177,14 @@ def test_transport_connections_placement_and_matched_levels_from_flags() -> None
         == ()
     )
     assert bench_host.cpu_plan(replace(cfg, placement="off"))[0] is None
+
+
+def test_the_gpu_engine_flag_takes_the_reference_engine_with_fewer_instances() -> None:
+    cfg = config_from_args(bench_host.build_parser().parse_args(["--engine", "gpu"]))
+    assert cfg.engine_mode == "gpu" and cfg.engine_instances == bench_host.GPU_ENGINE_INSTANCES
+    cfg = config_from_args(
+        bench_host.build_parser().parse_args(["--engine", "gpu", "--engine-instances", "3"])
+    )
+    assert cfg.engine_instances == 3
+    assert config_from_args(bench_host.build_parser().parse_args([])).engine_mode == "synthetic"
+    assert bench_host.engine_description(HostConfig()) == "synthetic, step 5 ms"
