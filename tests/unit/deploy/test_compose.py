@@ -155,6 +155,8 @@ def test_gateway_reaches_triton_by_service_name_and_is_built_from_the_root_docke
     command = gateway["command"]
     assert command[0] == "serve"
     assert command[command.index("--triton-url") + 1] == "triton:8001"
+    # Generation streams over Triton's HTTP port (the service's own, in the container network).
+    assert command[command.index("--triton-http-url") + 1] == "http://triton:8000"
     spec = command[command.index("--model") + 1]
     assert (
         spec == f"name={ENV['SERVED_MODEL_NAME']},triton_model=ensemble,tokenizer=/models/hf,route=ensemble"
@@ -183,6 +185,7 @@ def test_gateway_command_is_accepted_by_the_gateway_cli() -> None:
     args = build_parser().parse_args(compose()["services"]["gateway"]["command"])
     settings = settings_from_args(args)
     assert settings.triton_url == ["triton:8001"]
+    assert settings.triton_http_url == ["http://triton:8000"]
     (model,) = settings.models
     assert (model.name, model.triton_model, str(model.tokenizer)) == (
         ENV["SERVED_MODEL_NAME"],

@@ -403,6 +403,10 @@ def test_gateway_config_is_valid_settings_and_lists_every_triton_replica(name: s
     triton = one(docs, "StatefulSet", "triton")
     service = triton["spec"]["serviceName"]
     assert settings.triton_url == [f"triton-{i}.{service}:8001" for i in range(triton["spec"]["replicas"])]
+    # Each replica's HTTP port, in the same order: generation streams over generate_stream.
+    assert settings.triton_http_url == [
+        f"http://triton-{i}.{service}:8000" for i in range(triton["spec"]["replicas"])
+    ]
     engine = one(docs, "ConfigMap", "engine-config")["data"]
     (model,) = settings.models
     # The gateway tokenizes with the checkpoint the engine was built from, on the same volume.
