@@ -12,22 +12,26 @@ from gateway.ratelimit import HeaderFormat, openai_headers
 APIS: tuple[Api, ...] = (completions.API, chat_completions.API, responses.API, messages.API, models.API)
 
 
+def claiming(path: str) -> Api | None:
+    """The API that claims `path` for its own error shape and rate-limit headers, if any does."""
+    for api in APIS:
+        if api.error_prefix is not None and path.startswith(api.error_prefix):
+            return api
+    return None
+
+
 def error_shape(path: str, error: GatewayError) -> tuple[int, dict[str, Any]]:
     """The status and body of an error on `path`: the API that claims the path decides (the
     Messages API answers in Anthropic's shape), OpenAI's shape everywhere else."""
-    for api in APIS:
-        if api.error_shape is not None and api.error_prefix is not None and path.startswith(api.error_prefix):
-            return api.error_shape(path, error)
+    api = claiming(path)
+    if api is not None and api.error_shape is not None:
+        return api.error_shape(path, error)
     return error.status_code, error_body(error)
 
 
 def rate_limit_headers(path: str) -> HeaderFormat:
     """How rate-limit headers are written on `path`: by the API that claims it, as errors are."""
-    for api in APIS:
-        if (
-            api.rate_limit_headers is not None
-            and api.error_prefix is not None
-            and path.startswith(api.error_prefix)
-        ):
-            return api.rate_limit_headers
+    api = claiming(path)
+    if api is not None and api.rate_limit_headers is not None:
+        return api.rate_limit_headers
     return openai_headers
