@@ -42,7 +42,15 @@ from loadtest.openai_client import OpenAITarget
 from loadtest.report import plot_sweep, request_rows, summary_dict, write_csv, write_json
 from loadtest.runner import LoadSpec, run_load
 from loadtest.stats import Distribution
-from loadtest.subproc import NotReady, free_port, spawn_logged, stop_process, wait_http_ready
+from loadtest.subproc import (
+    NotReady,
+    bench_setup,
+    free_port,
+    spawn_logged,
+    split_args,
+    stop_process,
+    wait_http_ready,
+)
 from loadtest.target import Target
 from loadtest.workload import Prompt, Workload, synthetic_prompts
 
@@ -1103,7 +1111,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         if getattr(args, name) is not None:
             changes[attr] = getattr(args, name)
     if args.gateway_arg:
-        changes["gateway_extra_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
+        changes["gateway_extra_args"] = split_args(args.gateway_arg)
     if args.soak:
         changes["soak_streams"] = args.soak_streams
     if args.external:
@@ -1116,9 +1124,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     out = Path(cfg.out_dir or f"results/{time.strftime('%Y%m%d-%H%M%S')}")
     (out / "work").mkdir(parents=True, exist_ok=True)

@@ -57,7 +57,7 @@ from typing import Any
 from loadtest import placement, procstat
 from loadtest.metrics import RequestRecord, RunSummary, summarize
 from loadtest.placement import CpuPlan, PlacementError, physical_cores, plan_cpus
-from loadtest.subproc import free_port, spawn_logged, stop_process, wait_http_ready
+from loadtest.subproc import bench_setup, free_port, spawn_logged, split_args, stop_process, wait_http_ready
 from loadtest.workload import Endpoint, Prompt, Workload, synthetic_prompts
 
 log = logging.getLogger(__name__)
@@ -1116,16 +1116,14 @@ def config_from_args(args: argparse.Namespace) -> HostConfig:
         changes["engine_mode"] = "gpu"
         changes.setdefault("engine_instances", GPU_ENGINE_INSTANCES)
     if args.gateway_arg:
-        changes["gateway_extra_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
+        changes["gateway_extra_args"] = split_args(args.gateway_arg)
     if args.label:
         changes["label"] = args.label
     return replace(cfg, **changes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     out = Path(cfg.out_dir or f"results/host-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from loadtest.fastjson import dumps
 from loadtest.sse import DONE, SSEParser, loads
 from loadtest.stats import Distribution
-from loadtest.subproc import NotReady, free_port, spawn_logged, stop_process, wait_http_ready
+from loadtest.subproc import (
+    NotReady,
+    bench_setup,
+    free_port,
+    spawn_logged,
+    split_args,
+    stop_process,
+    wait_http_ready,
+)
 from loadtest.target import detail, error_kind, http_session, server_message
 from loadtest.workload import _WORDS
 
@@ -915,16 +923,14 @@ def config_from_args(args: argparse.Namespace) -> RoutingBenchConfig:
             raise SystemExit(f"unknown scenarios: {', '.join(sorted(unknown))}")
         changes["scenarios"] = chosen
     if args.gateway_arg:
-        changes["gateway_args"] = tuple(a for arg in args.gateway_arg for a in arg.split())
+        changes["gateway_args"] = split_args(args.gateway_arg)
     if args.no_baseline:
         changes["baseline"] = False
     return replace(cfg, **changes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = Path(cfg.out_dir or f"results/routing-{time.strftime('%Y%m%d-%H%M%S')}")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Sequence
 from http.client import HTTPException
 from pathlib import Path
 
@@ -81,3 +83,16 @@ def spawn_logged(
         return subprocess.Popen(
             cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
+
+
+def bench_setup() -> None:
+    """What every benchmark's `main` starts with: timestamped INFO logs, and no reach for the hub
+    (the tiny models are built locally; anything fetching at run time would fail offline)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def split_args(values: Sequence[str]) -> tuple[str, ...]:
+    """Repeated `--gateway-arg` values, each possibly several space-separated arguments, as one list."""
+    return tuple(a for value in values for a in value.split())
