@@ -14,7 +14,6 @@ import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
-import aiohttp
 import grpc
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2
@@ -27,7 +26,7 @@ from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.routing.base import RouteRequest
 from gateway.triton import contract as c
 from gateway.triton.connection import TritonConnection, is_connection_failure, rpc_error
-from gateway.triton.http import HttpStatusError, StreamError
+from gateway.triton.http import HttpStatusError, StreamError, TransportError
 from gateway.triton.http import is_connection_failure as is_http_connection_failure
 from gateway.triton.pool import Endpoint, TritonPool
 from gateway.triton.tensors import (
@@ -461,7 +460,7 @@ class TritonAdapter:
             finished = True
             span.error(exc)
             raise rpc_error(str(exc), self._model) from None
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TransportError, asyncio.TimeoutError) as exc:
             finished = True
             span.error(exc)
             reason = str(exc) or type(exc).__name__

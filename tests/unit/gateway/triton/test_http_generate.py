@@ -280,3 +280,45 @@ async def test_an_endpoint_that_refuses_connections_is_a_connection_failure() ->
     finally:
         await http.close()
     assert is_connection_failure(info.value)
+
+
+def test_the_client_streams_under_uvloop_as_the_gateway_runs_it() -> None:
+    # uvloop's transports are not asyncio.Transport subclasses; the gateway serves under uvloop.
+    import uvloop
+
+    async def main() -> list[int]:
+        scripted = Scripted()
+        app = web.Application()
+        app.router.add_post("/v2/models/{model}/generate_stream", scripted.generate_stream)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        http = TritonHttp(f"http://127.0.0.1:{port}", timeout_s=5)
+        try:
+            ids = []
+            for _ in range(2):  # the second request reuses the first one's connection
+                ids += [e["output_ids"] async for e in http.generate_stream("ensemble", {})]
+            return ids
+        finally:
+            await http.close()
+            scripted.released.set()
+            await runner.cleanup()
+
+    assert uvloop.run(main()) == [1, 2, 3, 1, 2, 3]
+
+
+async def test_a_connection_is_reused_after_a_complete_response_only(served) -> None:
+    _, url = served
+    http = TritonHttp(url, timeout_s=5)
+    try:
+        for _ in range(3):
+            assert [e["output_ids"] async for e in http.generate_stream("ensemble", {})] == [1, 2, 3]
+        assert len(http._idle) == 1
+        async with contextlib.aclosing(http.generate_stream("endless", {})) as events:
+            async for _event in events:
+                break
+        assert len(http._idle) == 0  # the one idle connection was taken, and closed after it
+    finally:
+        await http.close()
