@@ -7,11 +7,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import anyio
 from fastapi import Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import sse as sse_internals
+from sse_starlette.event import ensure_bytes
+from sse_starlette.sse import AppStatus
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.asyncutil import Started, started
@@ -99,9 +103,120 @@ class _EventStream(EventSourceResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            if (
+                self.send_timeout is not None
+                or scope["type"] != "http"
+                or scope["method"].upper() == "HEAD"
+                or self.data_sender_callable is not None
+                or self.client_close_handler_callable is not None
+            ):
+                await super().__call__(scope, receive, send)
+            else:
+                await self._serve(receive, send)
         finally:
             await self._events.aclose()
+
+    async def _serve(self, receive: Receive, send: Send) -> None:
+        """sse-starlette's `__call__` without its anyio task group of four tasks (the events, the
+        pings, the shutdown signal, the client's disconnect), whose set-up and tear-down (cancel
+        scopes, `current_task` and, on Python 3.11, a `getpid` call each) cost more per request
+        than some of its tokens: the events are sent from this task, the disconnect is listened
+        for in one task, and the pings and the shutdown signal are timers and callbacks. What each
+        does is sse-starlette's: a disconnect or the end of the shutdown grace period cancels the
+        events (which cancels Triton) and the response ends quietly; a ping goes out every
+        `ping` seconds while the stream is open."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        stopped: list[BaseException | None] = []
+
+        def stop(error: BaseException | None = None) -> None:
+            if not stopped:
+                stopped.append(error)
+                task.cancel()
+
+        async def listen() -> None:
+            await self._listen_for_disconnect(receive)
+            stop()
+
+        listener = loop.create_task(listen())
+        pinger: asyncio.Task[None] | None = None
+
+        def ping_failed(done: asyncio.Task[None]) -> None:
+            if not done.cancelled() and done.exception() is not None:
+                stop(done.exception())
+
+        def start_pings() -> None:
+            nonlocal pinger
+            if self.active:
+                pinger = loop.create_task(self._pings(send))
+                pinger.add_done_callback(ping_failed)
+
+        ping_timer = loop.call_later(self._ping_interval, start_pings) if self._ping_interval > 0 else None
+        grace_timer: asyncio.TimerHandle | None = None
+
+        def on_shutdown() -> None:
+            nonlocal grace_timer
+            if self._shutdown_event:
+                self._shutdown_event.set()
+            if self._shutdown_grace_period > 0:
+                grace_timer = loop.call_later(self._shutdown_grace_period, stop)
+            else:
+                stop()
+
+        shutdown = _ShutdownListener(on_shutdown)
+        state = sse_internals._get_shutdown_state()
+        if AppStatus.should_exit:
+            loop.call_soon(on_shutdown)
+        else:
+            sse_internals._ensure_watcher_started_on_this_loop()
+            state.events.add(shutdown)  # type: ignore[arg-type]  # it only calls set()
+        try:
+            await self._stream_response(send)
+        except asyncio.CancelledError:
+            # Cancelled by a disconnect or the shutdown: the response ends quietly, as
+            # sse-starlette's task group ends it; any other cancellation goes on.
+            if not stopped or task.uncancel() > 0:
+                raise
+            if stopped[0] is not None:
+                raise stopped[0] from None
+        finally:
+            state.events.discard(shutdown)
+            listener.cancel()
+            for timer in (ping_timer, grace_timer):
+                if timer is not None:
+                    timer.cancel()
+            if pinger is not None:
+                pinger.cancel()
+        if self.background is not None:
+            await self.background()
+
+    async def _pings(self, send: Send) -> None:
+        """A ping now (the first is due), then sse-starlette's own ping loop."""
+        factory = self.ping_message_factory
+        ping = (
+            factory()
+            if factory
+            else ServerSentEvent(comment=f"ping - {datetime.now(timezone.utc)}", sep=self.sep)
+        )
+        async with self._send_lock:
+            if self.active:
+                await send(
+                    {"type": "http.response.body", "body": ensure_bytes(ping, self.sep), "more_body": True}
+                )
+        await self._ping(send)
+
+
+class _ShutdownListener:
+    """Stands in sse-starlette's set of shutdown events: its watcher calls `set()` on each."""
+
+    __slots__ = ("_callback",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback = callback
+
+    def set(self) -> None:
+        self._callback()
 
 
 async def event_stream(
