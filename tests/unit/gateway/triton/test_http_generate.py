@@ -322,3 +322,33 @@ async def test_a_connection_is_reused_after_a_complete_response_only(served) -> 
         assert len(http._idle) == 0  # the one idle connection was taken, and closed after it
     finally:
         await http.close()
+
+
+async def test_an_idle_connection_that_triton_closed_is_replaced_by_a_new_one() -> None:
+    scripted = Scripted()
+    app = web.Application()
+    app.router.add_post("/v2/models/{model}/generate_stream", scripted.generate_stream)
+    runner = web.AppRunner(app, keepalive_timeout=0.01)  # the server drops idle connections at once
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    http = TritonHttp(f"http://127.0.0.1:{port}", timeout_s=5)
+    try:
+        assert [e["output_ids"] async for e in http.generate_stream("ensemble", {})] == [1, 2, 3]
+        (idle,) = http._idle
+        gone = asyncio.Event()
+        lost = idle.connection_lost
+
+        def on_lost(exc: Exception | None) -> None:
+            lost(exc)
+            gone.set()
+
+        idle.connection_lost = on_lost  # type: ignore[method-assign]
+        if not idle.lost:
+            await asyncio.wait_for(gone.wait(), 10)
+        assert [e["output_ids"] async for e in http.generate_stream("ensemble", {})] == [1, 2, 3]
+    finally:
+        await http.close()
+        scripted.released.set()
+        await runner.cleanup()
