@@ -337,8 +337,25 @@ typedef struct InstanceState {
     uint64_t steps, tokens, completed, cancelled;
 } InstanceState;
 
+/* Prometheus metrics on Triton's metrics port, labelled with the model's name. */
+enum { METRIC_ACTIVE, METRIC_TOKENS, METRIC_COMPLETED, METRIC_CANCELLED, METRIC_COUNT };
+static const struct {
+    const char* name;
+    const char* description;
+    TRITONSERVER_MetricKind kind;
+} metric_specs[METRIC_COUNT] = {
+    {"native_engine_active_requests", "Requests in flight in the native engine", TRITONSERVER_METRIC_KIND_GAUGE},
+    {"native_engine_generated_tokens_total", "Tokens the native engine generated", TRITONSERVER_METRIC_KIND_COUNTER},
+    {"native_engine_completed_requests_total", "Requests the native engine completed",
+     TRITONSERVER_METRIC_KIND_COUNTER},
+    {"native_engine_cancelled_requests_total", "Requests cancelled or stopped before their end",
+     TRITONSERVER_METRIC_KIND_COUNTER},
+};
+
 typedef struct ModelState {
     char name[128];
+    TRITONSERVER_MetricFamily* families[METRIC_COUNT];
+    TRITONSERVER_Metric* metrics[METRIC_COUNT];
     uint64_t step_ns;
     int exclude_input_default;
     int32_t* token_ids;
@@ -347,6 +364,33 @@ typedef struct ModelState {
     InstanceState* instances[MAX_INSTANCES];
     size_t instance_count;
 } ModelState;
+
+static void metric_add(ModelState* model, int which, double value) {
+    if (model->metrics[which] != NULL && value != 0) IGNORE(TRITONSERVER_MetricIncrement(model->metrics[which], value));
+}
+
+static TRITONSERVER_Error* metrics_create(ModelState* model) {
+    TRITONSERVER_Parameter* label = TRITONSERVER_ParameterNew("model", TRITONSERVER_PARAMETER_STRING, model->name);
+    if (label == NULL) return error_new(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+    const TRITONSERVER_Parameter* labels[1] = {label};
+    TRITONSERVER_Error* err = NULL;
+    for (int i = 0; i < METRIC_COUNT && err == NULL; i++) {
+        err = TRITONSERVER_MetricFamilyNew(&model->families[i], metric_specs[i].kind, metric_specs[i].name,
+                                           metric_specs[i].description);
+        if (err == NULL) err = TRITONSERVER_MetricNew(&model->metrics[i], model->families[i], labels, 1);
+    }
+    TRITONSERVER_ParameterDelete(label);
+    return err;
+}
+
+static void metrics_delete(ModelState* model) {
+    for (int i = 0; i < METRIC_COUNT; i++) {
+        if (model->metrics[i] != NULL) IGNORE(TRITONSERVER_MetricDelete(model->metrics[i]));
+        if (model->families[i] != NULL) IGNORE(TRITONSERVER_MetricFamilyDelete(model->families[i]));
+        model->metrics[i] = NULL;
+        model->families[i] = NULL;
+    }
+}
 
 static void sequence_free(Sequence* seq) {
     if (seq->factory != NULL) IGNORE(TRITONBACKEND_ResponseFactoryDelete(seq->factory));
@@ -710,6 +754,8 @@ static void step(InstanceState* inst) {
     Sequence** link = &inst->active;
     while (*link != NULL) link = &(*link)->next;
     *link = admitted;
+    uint64_t arrivals = 0, tokens = 0, completed = 0, cancelled_now = 0;
+    for (Sequence* seq = admitted; seq != NULL; seq = seq->next) arrivals++;
 
     link = &inst->active;
     while (*link != NULL) {
@@ -718,13 +764,13 @@ static void step(InstanceState* inst) {
         if (cancelled(seq) || stopped(stops, seq->id)) {
             /* A cancelled or stopped request ends now with what it has sent. */
             IGNORE(TRITONBACKEND_ResponseFactorySendFlags(seq->factory, TRITONSERVER_RESPONSE_COMPLETE_FINAL));
-            inst->cancelled++;
+            cancelled_now++;
             over = 1;
         } else {
             accept_next(model, seq);
-            inst->tokens += seq->unsent;
+            tokens += seq->unsent;
             over = emit(seq);
-            if (over) inst->completed++;
+            if (over) completed++;
         }
         if (over) {
             *link = seq->next;
@@ -740,6 +786,13 @@ static void step(InstanceState* inst) {
         stops = next;
     }
     inst->steps++;
+    inst->tokens += tokens;
+    inst->completed += completed;
+    inst->cancelled += cancelled_now;
+    metric_add(model, METRIC_ACTIVE, (double)arrivals - (double)(completed + cancelled_now));
+    metric_add(model, METRIC_TOKENS, (double)tokens);
+    metric_add(model, METRIC_COMPLETED, (double)completed);
+    metric_add(model, METRIC_CANCELLED, (double)cancelled_now);
 }
 
 static void* generation_loop(void* arg) {
@@ -837,8 +890,10 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
     if (err == NULL) err = TRITONSERVER_MessageSerializeToJson(message, &json, &size);
     if (err == NULL) err = model_from_config(state, json, size);
     if (message != NULL) IGNORE(TRITONSERVER_MessageDelete(message));
+    if (err == NULL) err = metrics_create(state);
     if (err == NULL) err = TRITONBACKEND_ModelSetState(model, state);
     if (err != NULL) {
+        metrics_delete(state);
         free(state->token_ids);
         free(state);
         return err;
@@ -854,6 +909,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
     TRITONSERVER_Error* err = TRITONBACKEND_ModelState(model, &vstate);
     if (err != NULL) return err;
     ModelState* state = vstate;
+    metrics_delete(state);
     pthread_mutex_destroy(&state->lock);
     free(state->token_ids);
     free(state);
@@ -922,6 +978,9 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInsta
     pthread_join(inst->thread, NULL);
     /* Requests still in flight end with an error saying why. */
     Sequence* lists[2] = {inst->active, inst->pending};
+    uint64_t running = 0;
+    for (Sequence* seq = inst->active; seq != NULL; seq = seq->next) running++;
+    metric_add(state, METRIC_ACTIVE, -(double)running);
     for (int l = 0; l < 2; l++) {
         for (Sequence* seq = lists[l]; seq != NULL;) {
             Sequence* next = seq->next;

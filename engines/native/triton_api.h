@@ -13,6 +13,9 @@
 /* Opaque handles owned by the server. */
 typedef struct TRITONSERVER_Error TRITONSERVER_Error;
 typedef struct TRITONSERVER_Message TRITONSERVER_Message;
+typedef struct TRITONSERVER_Parameter TRITONSERVER_Parameter;
+typedef struct TRITONSERVER_MetricFamily TRITONSERVER_MetricFamily;
+typedef struct TRITONSERVER_Metric TRITONSERVER_Metric;
 typedef struct TRITONBACKEND_Backend TRITONBACKEND_Backend;
 typedef struct TRITONBACKEND_Model TRITONBACKEND_Model;
 typedef struct TRITONBACKEND_ModelInstance TRITONBACKEND_ModelInstance;
@@ -67,6 +70,20 @@ typedef enum {
     TRITONSERVER_ERROR_CANCELLED = 7
 } TRITONSERVER_Error_Code;
 
+typedef enum {
+    TRITONSERVER_PARAMETER_STRING = 0,
+    TRITONSERVER_PARAMETER_INT = 1,
+    TRITONSERVER_PARAMETER_BOOL = 2,
+    TRITONSERVER_PARAMETER_DOUBLE = 3,
+    TRITONSERVER_PARAMETER_BYTES = 4
+} TRITONSERVER_ParameterType;
+
+typedef enum {
+    TRITONSERVER_METRIC_KIND_COUNTER = 0,
+    TRITONSERVER_METRIC_KIND_GAUGE = 1,
+    TRITONSERVER_METRIC_KIND_HISTOGRAM = 2
+} TRITONSERVER_MetricKind;
+
 enum { TRITONSERVER_REQUEST_RELEASE_ALL = 1 };
 enum { TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1 };
 
@@ -79,6 +96,16 @@ TRITONSERVER_Error* TRITONSERVER_LogMessage(TRITONSERVER_LogLevel level, const c
 TRITONSERVER_Error* TRITONSERVER_MessageSerializeToJson(TRITONSERVER_Message* message, const char** base,
                                                         size_t* byte_size);
 TRITONSERVER_Error* TRITONSERVER_MessageDelete(TRITONSERVER_Message* message);
+TRITONSERVER_Parameter* TRITONSERVER_ParameterNew(const char* name, const TRITONSERVER_ParameterType type,
+                                                  const void* value);
+void TRITONSERVER_ParameterDelete(TRITONSERVER_Parameter* parameter);
+TRITONSERVER_Error* TRITONSERVER_MetricFamilyNew(TRITONSERVER_MetricFamily** family, const TRITONSERVER_MetricKind kind,
+                                                 const char* name, const char* description);
+TRITONSERVER_Error* TRITONSERVER_MetricFamilyDelete(TRITONSERVER_MetricFamily* family);
+TRITONSERVER_Error* TRITONSERVER_MetricNew(TRITONSERVER_Metric** metric, TRITONSERVER_MetricFamily* family,
+                                           const TRITONSERVER_Parameter** labels, const uint64_t label_count);
+TRITONSERVER_Error* TRITONSERVER_MetricDelete(TRITONSERVER_Metric* metric);
+TRITONSERVER_Error* TRITONSERVER_MetricIncrement(TRITONSERVER_Metric* metric, double value);
 
 TRITONSERVER_Error* TRITONBACKEND_ApiVersion(uint32_t* major, uint32_t* minor);
 TRITONSERVER_Error* TRITONBACKEND_ModelName(TRITONBACKEND_Model* model, const char** name);
