@@ -4,10 +4,10 @@ unpack it there.
 `pack` (here, in the project's venv): the tritonserver of the nvidia-pytriton wheel slimmed to what
 it runs on (the binary, the Python backend, one Python version's stub, and only the bundled libraries
 `ldd` resolves for them), the native engine backend built here (`engines/native/`, C, only libc: built
-against this machine's glibc, which a newer host's runs), plus the gateway's dependencies that the host lacks, installed from cp312
-wheels for that Python (pip's --target install for another platform, pinned to the versions
-installed here). Both are xz-packed; the
-whole stays under the 64 MiB a device call carries.
+against this machine's glibc, which a newer host's runs), plus the gateway's dependencies that the
+host lacks, installed from cp312 wheels for that Python (pip's --target install for another
+platform, pinned to the versions installed here). Both are xz-packed; the whole stays under the
+64 MiB a device call carries.
 
 `install` (on the host): a venv of the host's python3 whose own site-packages come first (the bundled
 packages, numpy < 2 among them: the Python backend stub crashes under numpy 2) and the host's site-packages

@@ -201,7 +201,12 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         )
     ),
     Variable(
-        "max_batch_size", "int", "Triton max_batch_size of all four models.", default=64, minimum=1, backends=ALL
+        "max_batch_size",
+        "int",
+        "Triton max_batch_size of all four models.",
+        default=64,
+        minimum=1,
+        backends=ALL,
     ),
     Variable(
         "decoupled",
@@ -739,7 +744,9 @@ def render_repository(
         try:
             values["native_token_ids"] = token_id_ranges(str(values["tokenizer_dir"]))
         except (NativeEngineError, OSError, ValueError) as exc:
-            raise TemplateVariableError("tokenizer_dir", f"no token ids for the native engine: {exc}") from None
+            raise TemplateVariableError(
+                "tokenizer_dir", f"no token ids for the native engine: {exc}"
+            ) from None
     if out_dir.exists() and not overwrite and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ModelRepoError(f"{out_dir} exists and is not empty (pass overwrite=True / --overwrite)")
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,9 @@ class Stack:
 
     def active(self) -> float:
         """native_engine_active_requests of the native model, from Triton's metrics port."""
-        pattern = re.compile(rf'^native_engine_active_requests\{{[^}}]*model="{NATIVE}"[^}}]*\}} (\S+)$', re.M)
+        pattern = re.compile(
+            rf'^native_engine_active_requests\{{[^}}]*model="{NATIVE}"[^}}]*\}} (\S+)$', re.M
+        )
         match = pattern.search(self.server.metrics_text())
         return float(match.group(1)) if match else 0.0
 
@@ -124,8 +126,12 @@ def test_end_id_stop_words_and_min_tokens_end_a_sequence_as_the_engine_contract_
     prompt = [11, 12, 13]
     tokens = streamed_tokens(stream_infer(url, NATIVE, engine_inputs(prompt, 10)))
     # end_id ends the sequence without being emitted; min_tokens holds it back until reached.
-    assert streamed_tokens(stream_infer(url, NATIVE, engine_inputs(prompt, 10, end_id=tokens[2]))) == tokens[:2]
-    held = streamed_tokens(stream_infer(url, NATIVE, engine_inputs(prompt, 10, end_id=tokens[2], min_tokens=5)))
+    assert (
+        streamed_tokens(stream_infer(url, NATIVE, engine_inputs(prompt, 10, end_id=tokens[2]))) == tokens[:2]
+    )
+    held = streamed_tokens(
+        stream_infer(url, NATIVE, engine_inputs(prompt, 10, end_id=tokens[2], min_tokens=5))
+    )
     assert len(held) == 10 and held[:2] == tokens[:2] and tokens[2] not in held[2:5]
     # A stop word ends the sequence after it, the word kept ([1, 2, N]: ids, then end offsets).
     words = np.array([[[tokens[3], tokens[4], 999], [2, 3, -1]]], dtype=np.int32)
@@ -165,11 +171,18 @@ def test_a_stop_request_ends_the_request_with_its_id_on_any_instance(stack: Stac
     def stop_after_first(response: StreamResponse, client: grpcclient.InferenceServerClient) -> bool:
         if not stop_answers:
             # Sent on its own stream: with two instances it may land on either.
-            stop_answers.append(stream_infer(url, NATIVE, engine_inputs([1], 1, stop=True), request_id="stop-me"))
+            stop_answers.append(
+                stream_infer(url, NATIVE, engine_inputs([1], 1, stop=True), request_id="stop-me")
+            )
         return False
 
     responses = stream_infer(
-        url, NATIVE, engine_inputs([1, 2, 3], 480), request_id="stop-me", on_response=stop_after_first, timeout=5
+        url,
+        NATIVE,
+        engine_inputs([1, 2, 3], 480),
+        request_id="stop-me",
+        on_response=stop_after_first,
+        timeout=5,
     )
     tokens = streamed_tokens(responses)
     assert 1 <= len(tokens) < 20  # ended within a step or two of the stop, not after 480 steps
@@ -201,7 +214,9 @@ def sse_events(text: str) -> list[dict]:
     return [json.loads(line) for line in lines[:-1]]
 
 
-def test_completions_stream_through_the_native_engine_as_through_the_python_one(gateway: GatewayProcess) -> None:
+def test_completions_stream_through_the_native_engine_as_through_the_python_one(
+    gateway: GatewayProcess,
+) -> None:
     texts = {}
     for model in ("native", "pysyn"):
         body = {
