@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -281,3 +282,59 @@ async def test_dropped_client_streams_end_their_requests_in_the_engine(
             task.cancel()  # the clients go away mid-stream (480 steps would take ~10 s)
         await asyncio.gather(*tasks, return_exceptions=True)
     await wait_until(lambda: stack.active() == 0, timeout=2.0, interval=0.02)
+
+
+# --------------------------------------------------------------------------------------------------- soak
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@pytest.mark.soak
+async def test_native_engine_memory_stays_flat_over_many_requests(tmp_path: Path) -> None:
+    """Whole, streamed, refused and dropped requests by the ten thousand: tritonserver's RSS after a
+    warm-up round and after many more rounds differs by less than a few MiB (every request's copy,
+    factory and tokens are released)."""
+    tokenizer_dir = build_tiny_model("bpe")
+    variables = {"tokenizer_dir": tokenizer_dir, "synthetic_step_ms": 1, "engine_instance_count": 2}
+    repo = render_repository(tmp_path / "repo", backend="native", variant="current", variables=variables)
+    with TritonServer([repo], work_dir=tmp_path / "server") as server:
+        assert server.pid is not None
+        url = f"{server.http_url}/v2/models/tensorrt_llm/generate_stream"
+        base = {"input_ids": list(range(1, 40)), "input_lengths": 39, "exclude_input_in_output": True}
+        bodies = [
+            {**base, "request_output_len": 16, "streaming": True},
+            {**base, "request_output_len": 16, "streaming": False, "exclude_input_in_output": False},
+            {**base, "request_output_len": 0, "streaming": True},  # refused
+            {**base, "request_output_len": 10_000, "streaming": True},  # dropped after its first token
+        ]
+
+        async def one(client: httpx.AsyncClient, i: int) -> None:
+            body = bodies[i % len(bodies)]
+            async with client.stream("POST", url, json=body) as r:
+                async for line in r.aiter_lines():
+                    if line.startswith("data: ") and body["request_output_len"] == 10_000:
+                        return  # the client goes away mid-stream
+
+        async def rounds(count: int) -> None:
+            limits = httpx.Limits(max_connections=64)
+            async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+                for start in range(0, count, 256):
+                    await asyncio.gather(*(one(client, i) for i in range(start, start + 256)))
+
+        def active() -> float:
+            match = re.search(r"^native_engine_active_requests\{[^}]*\} (\S+)$", server.metrics_text(), re.M)
+            return float(match.group(1)) if match else -1.0
+
+        await rounds(4096)
+        await wait_until(lambda: active() == 0, timeout=10.0, interval=0.05)
+        warm = _rss_kib(server.pid)
+        await rounds(20480)
+        await wait_until(lambda: active() == 0, timeout=10.0, interval=0.05)
+        after = _rss_kib(server.pid)
+        logging.getLogger(__name__).info("tritonserver RSS %d KiB -> %d KiB over 20480 requests", warm, after)
+        assert after - warm < 4096, f"RSS {warm} KiB -> {after} KiB over 20480 requests"
