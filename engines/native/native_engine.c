@@ -801,7 +801,9 @@ static void* generation_loop(void* arg) {
     while (1) {
         int idle = 0;
         pthread_mutex_lock(&inst->lock);
-        while (inst->running && inst->active == NULL && inst->pending == NULL) {
+        /* Stops wake an idle instance too: a stop for no request in flight is dropped at once, never
+         * kept for a later request that happens to reuse the id. */
+        while (inst->running && inst->active == NULL && inst->pending == NULL && inst->stops == NULL) {
             idle = 1;
             pthread_cond_wait(&inst->wake, &inst->lock);
         }
