@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench bench-routing bench-host host-bundle soak claude-code codex clean
+.PHONY: install run test lint typecheck check bench bench-routing bench-host host-bundle native-engine soak claude-code codex clean
 
 install: $(STAMP)
 
@@ -46,9 +46,15 @@ bench-routing: install
 
 # Gateway scaling over workers 1,2,4,8 x concurrency 64,256 x the APIs, against enough synthetic engine
 # instances that Triton is not the ceiling (loadtest/bench_host.py); for a many-core host.
-# BENCH_HOST_ARGS=--small: the variant for a 2-core machine (workers 1,2; about 3 minutes).
+# BENCH_HOST_ARGS=--small: the variant for a 2-core machine (workers 1,2; about 3 minutes);
+# --engine native: the synthetic tokens from the native engine (C), whose Triton cost per token is far lower.
 bench-host: install
 	$(PY) -m loadtest.bench_host $(BENCH_HOST_ARGS)
+
+# The native engine (engines/native/: a Triton backend in C, synthetic tokens) into build/native/; the
+# dev stack and the tests build it themselves when it is missing or older than its sources.
+native-engine: install
+	$(PY) -m deploy.native_engine build
 
 # What a GPU host without network needs for bench-host (slim tritonserver + cp312 wheels, < 64 MiB).
 HOST_BUNDLE ?= .hostbundle

@@ -3,10 +3,11 @@ unpack it there.
 
 `pack` (here, in the project's venv): the tritonserver of the nvidia-pytriton wheel slimmed to what
 it runs on (the binary, the Python backend, one Python version's stub, and only the bundled libraries
-`ldd` resolves for them), plus the gateway's dependencies that the host lacks, installed from cp312
-wheels for that Python (pip's --target install for another platform, pinned to the versions
-installed here). Both are xz-packed; the
-whole stays under the 64 MiB a device call carries.
+`ldd` resolves for them), the native engine backend built here (`engines/native/`, C, only libc: built
+against this machine's glibc, which a newer host's runs), plus the gateway's dependencies that the
+host lacks, installed from cp312 wheels for that Python (pip's --target install for another
+platform, pinned to the versions installed here). Both are xz-packed; the whole stays under the
+64 MiB a device call carries.
 
 `install` (on the host): a venv of the host's python3 whose own site-packages come first (the bundled
 packages, numpy < 2 among them: the Python backend stub crashes under numpy 2) and the host's site-packages
@@ -122,6 +123,12 @@ def resolved_libraries(binaries: Iterable[Path], libs_dir: Path) -> tuple[set[Pa
 
 
 def pack_triton(out: Path, python: str) -> tuple[Path, set[str]]:
+    from deploy import native_engine
+
+    try:
+        native = native_engine.build()
+    except native_engine.NativeEngineError as exc:
+        raise BundleError(str(exc)) from None
     package, libs_dir = _site_root()
     server = package / "tritonserver"
     stub = server / "python_backend_stubs" / python / "triton_python_backend_stub"
@@ -145,6 +152,9 @@ def pack_triton(out: Path, python: str) -> tuple[Path, set[str]]:
             tar.add(path, arcname=str(path.relative_to(package.parent)))
         for lib in sorted(libs):
             tar.add(lib, arcname=f"nvidia_pytriton.libs/{lib.name}")
+        # Where devstack copies the wheel's backends from: served as backend "native_engine" there.
+        backend = f"pytriton/tritonserver/backends/{native_engine.BACKEND_NAME}/{native_engine.LIBRARY_NAME}"
+        tar.add(native, arcname=backend)
     return archive, missing
 
 

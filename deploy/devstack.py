@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final
 
+from deploy import native_engine
 from deploy.model_repo import ModelRepoError, parse_assignments, render_repository
 from deploy.tiny_model import ALL_KINDS, DEV_KIND, build_tiny_model, default_cache_root
 
@@ -263,6 +264,11 @@ class TritonServer:
             stub = backends / "python" / "triton_python_backend_stub"
             shutil.copy2(installation.stub, stub)
             stub.chmod(0o755)
+        if native_engine.serves_native(self.repositories):
+            try:
+                native_engine.install_backend(backends)
+            except native_engine.NativeEngineError as exc:
+                raise TritonStartError(str(exc)) from None
         return backends
 
     def start(self) -> None:
@@ -420,9 +426,13 @@ class TritonServer:
         self.stop()
 
 
+ENGINE_MODES: Final = ("model", "synthetic", "native")
+
+
 @dataclass(frozen=True, slots=True)
 class DevRepository:
-    """A rendered CPU repository and what it serves."""
+    """A rendered CPU repository and what it serves: ``ensemble`` is the model a gateway's
+    ``triton_model`` names (with engine mode ``native``, the engine model itself: no ensemble)."""
 
     path: Path
     model_dir: Path
@@ -441,9 +451,20 @@ def prepare_dev_repository(
     variables: Mapping[str, object] | None = None,
     cache_root: Path | None = None,
 ) -> DevRepository:
-    """Render the CPU repository into ``out_dir`` (replacing it), building the tiny model if needed."""
+    """Render the CPU repository into ``out_dir`` (replacing it), building the tiny model if needed.
+
+    ``engine_mode`` ``model`` and ``synthetic`` render the four models on the CPU reference engine;
+    ``native`` renders the engine model alone on the native engine (a synthetic token clock in C).
+    """
+    if engine_mode not in ENGINE_MODES:
+        raise ModelRepoError(f"engine_mode must be one of {', '.join(ENGINE_MODES)}, got {engine_mode!r}")
     if model_dir is None:
         model_dir = build_tiny_model(tokenizer_kind, cache_root=cache_root)
+    prefix = str((variables or {}).get("name_prefix", ""))
+    if engine_mode == "native":
+        native: dict[str, object] = {"tokenizer_dir": str(model_dir), **(variables or {})}
+        path = render_repository(out_dir, backend="native", variant=variant, variables=native, overwrite=True)
+        return DevRepository(path, Path(model_dir), variant, engine_mode, f"{prefix}tensorrt_llm")
     values: dict[str, object] = {
         "tokenizer_dir": str(model_dir),
         "model_dir": str(model_dir),
@@ -455,7 +476,6 @@ def prepare_dev_repository(
     }
     values.update(variables or {})
     path = render_repository(out_dir, backend="cpu", variant=variant, variables=values, overwrite=True)
-    prefix = str(values.get("name_prefix", ""))
     return DevRepository(path, Path(model_dir), variant, engine_mode, f"{prefix}ensemble")
 
 
@@ -476,7 +496,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--tokenizer-kind", choices=ALL_KINDS, default=DEV_KIND, help="tiny model kind")
     parser.add_argument("--variant", choices=("current", "legacy"), default="current")
-    parser.add_argument("--engine-mode", choices=("model", "synthetic"), default="model")
+    parser.add_argument(
+        "--engine-mode",
+        choices=ENGINE_MODES,
+        default="model",
+        help="model: the CPU reference engine with the tiny model; synthetic: its synthetic tokens; native: "
+        "the native engine alone (engines/native/, a synthetic token clock in C, no ensemble)",
+    )
     parser.add_argument(
         "--engine-device",
         choices=("cpu", "cuda"),

@@ -1,6 +1,9 @@
 """Render a Triton model repository (preprocessing, tensorrt_llm, postprocessing, ensemble) from templates.
 
-``python -m deploy.model_repo render --backend {cpu,tensorrtllm} --variant {current,legacy} --out DIR
+Backend ``native`` renders the ``tensorrt_llm`` model alone, served by the native engine (a synthetic
+token clock in C, ``engines/native/``), for the gateway's engine route.
+
+``python -m deploy.model_repo render --backend {cpu,tensorrtllm,native} --variant {current,legacy} --out DIR
 --set key=value ...`` and ``python -m deploy.model_repo variables``. Every rendered ``config.pbtxt`` is
 parsed into Triton's ``ModelConfig`` protobuf and the ensemble wiring is checked before anything is
 moved into place.
@@ -26,12 +29,18 @@ from tritonclient.grpc import model_config_pb2
 logger = logging.getLogger(__name__)
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "model_repo_templates"
-BACKENDS: Final = ("cpu", "tensorrtllm")
+BACKENDS: Final = ("cpu", "tensorrtllm", "native")
 VARIANTS: Final = ("current", "legacy")
 MODELS: Final = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")
-BOTH: Final = frozenset(BACKENDS)
+# The backends that render the four models (the native engine renders the engine model alone).
+BOTH: Final = frozenset({"cpu", "tensorrtllm"})
+ALL: Final = frozenset(BACKENDS)
 CPU: Final = frozenset({"cpu"})
 TRTLLM: Final = frozenset({"tensorrtllm"})
+NATIVE: Final = frozenset({"native"})
+# What each backend renders by default, and the template directory of a model where it is not the model's.
+BACKEND_MODELS: Final = {"cpu": MODELS, "tensorrtllm": MODELS, "native": ("tensorrt_llm",)}
+_TEMPLATE_OF: Final = {("native", "tensorrt_llm"): "native_engine"}
 
 VariableKind = Literal["str", "path", "int", "float", "bool", "choice"]
 
@@ -93,7 +102,13 @@ class Variable:
 _OPTIONAL_INT_LIST = r"^(\d+(,\d+)*)?$"
 
 VARIABLES: Final[tuple[Variable, ...]] = (
-    Variable("tokenizer_dir", "path", "HF tokenizer directory read by preprocessing and postprocessing."),
+    Variable(
+        "tokenizer_dir",
+        "path",
+        "HF tokenizer directory read by preprocessing and postprocessing (native: the engine's token ids "
+        "are taken from it when rendering).",
+        backends=ALL,
+    ),
     Variable(
         "engine_dir",
         "path",
@@ -119,9 +134,10 @@ VARIABLES: Final[tuple[Variable, ...]] = (
     Variable(
         "synthetic_step_ms",
         "float",
-        "Synthetic mode: milliseconds per engine step (one token per active sequence per step).",
+        "Synthetic mode and the native engine: milliseconds per engine step (one token per active "
+        "sequence per step).",
         default=20.0,
-        backends=CPU,
+        backends=CPU | NATIVE,
         minimum=0.0,
     ),
     Variable(
@@ -165,6 +181,7 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         "Prefix of every model name, e.g. 'bpe_' -> bpe_ensemble composing bpe_preprocessing, ...; lets "
         "one tritonserver serve several rendered repositories.",
         default="",
+        backends=ALL,
         pattern=r"^[A-Za-z0-9_-]*$",
     ),
     *(
@@ -183,7 +200,14 @@ VARIABLES: Final[tuple[Variable, ...]] = (
             ("postprocessing", "postprocessing"),
         )
     ),
-    Variable("max_batch_size", "int", "Triton max_batch_size of all four models.", default=64, minimum=1),
+    Variable(
+        "max_batch_size",
+        "int",
+        "Triton max_batch_size of all four models.",
+        default=64,
+        minimum=1,
+        backends=ALL,
+    ),
     Variable(
         "decoupled",
         "bool",
@@ -196,6 +220,7 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         "Dynamic batcher delay of preprocessing and tensorrt_llm.",
         default=0,
         minimum=0,
+        backends=ALL,
     ),
     Variable(
         "max_queue_size",
@@ -203,6 +228,7 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         "Dynamic batcher queue limit of preprocessing and tensorrt_llm (0: unlimited).",
         default=0,
         minimum=0,
+        backends=ALL,
     ),
     Variable("preprocessing_instance_count", "int", "Instances of preprocessing.", default=1, minimum=1),
     Variable(
@@ -212,7 +238,14 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         default=1,
         minimum=1,
     ),
-    Variable("engine_instance_count", "int", "Instances of tensorrt_llm.", default=1, minimum=1),
+    Variable(
+        "engine_instance_count",
+        "int",
+        "Instances of tensorrt_llm (native: each runs its own generation thread).",
+        default=1,
+        minimum=1,
+        backends=ALL,
+    ),
     Variable(
         "add_special_tokens",
         "bool",
@@ -239,6 +272,7 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         "Engine parameter: leave the prompt out of non-streaming output_ids (the stock default false "
         "echoes the prompt).",
         default=False,
+        backends=ALL,
     ),
     Variable("max_beam_width", "int", "Engine parameter max_beam_width.", default=1, minimum=1),
     Variable(
@@ -473,7 +507,7 @@ def resolve_variables(backend: str, variant: str, variables: Mapping[str, object
         ("engine", "tensorrt_llm"),
         ("postprocessing", "postprocessing"),
     ):
-        if not values[f"{step}_model"]:
+        if f"{step}_model" in values and not values[f"{step}_model"]:
             values[f"{step}_model"] = f"{values['name_prefix']}{model}"
     return values
 
@@ -688,17 +722,31 @@ def render_repository(
     variables: Mapping[str, object],
     overwrite: bool = False,
     templates_dir: Path | None = None,
-    models: Sequence[str] = MODELS,
+    models: Sequence[str] | None = None,
     composed: Sequence[Path] = (),
 ) -> Path:
     """Render the four models into ``out_dir`` (created; replaced only with ``overwrite``) and return it.
 
     Everything is rendered and validated in a temporary sibling directory first and then renamed into
-    place, so a failure never leaves a partial repository behind.
+    place, so a failure never leaves a partial repository behind. ``models`` defaults to what the
+    backend renders (``BACKEND_MODELS``).
     """
     templates = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
     out_dir = Path(out_dir).absolute()
     values = resolve_variables(backend, variant, variables)
+    if models is None:
+        models = BACKEND_MODELS[backend]
+    if backend == "native":
+        from deploy.native_engine import NativeEngineError, token_id_ranges
+
+        if set(models) - set(BACKEND_MODELS["native"]):
+            raise ModelRepoError("backend 'native' renders the tensorrt_llm model alone")
+        try:
+            values["native_token_ids"] = token_id_ranges(str(values["tokenizer_dir"]))
+        except (NativeEngineError, OSError, ValueError) as exc:
+            raise TemplateVariableError(
+                "tokenizer_dir", f"no token ids for the native engine: {exc}"
+            ) from None
     if out_dir.exists() and not overwrite and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ModelRepoError(f"{out_dir} exists and is not empty (pass overwrite=True / --overwrite)")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -709,13 +757,14 @@ def render_repository(
         if unknown or not models:
             raise ModelRepoError(f"models must be some of {', '.join(MODELS)}, got {list(models)}")
         for model in models:
-            src = templates / model
+            src = templates / _TEMPLATE_OF.get((backend, model), model)
             dst = staging / f"{prefix}{model}"
             template_file = src / "config.pbtxt"
             text = render_text(
                 template_file.read_text(), values, source=str(template_file.relative_to(templates))
             )
-            # The C++ tensorrtllm backend needs only config.pbtxt and an (empty) version directory.
+            # The C++ tensorrtllm backend and the native engine need only config.pbtxt and an (empty)
+            # version directory.
             _copy_model_files(src, dst, include_code=not (model == "tensorrt_llm" and backend != "cpu"))
             (dst / "config.pbtxt").write_text(text)
         validate_repository(staging, composed=composed)
@@ -760,7 +809,7 @@ def _variables_table(backend: str | None) -> str:
             )
         else:
             default = repr(_as_text(var.default if backend is None else var.default_for(backend)))
-        scope = "" if var.backends == BOTH else f" [{', '.join(sorted(var.backends))} only]"
+        scope = "" if var.backends == ALL else f" [{', '.join(sorted(var.backends))} only]"
         choices = f" One of: {', '.join(repr(c) for c in var.choices)}." if var.choices else ""
         lines.append(f"{var.name} = {default}{scope}\n    {var.description}{choices}")
     return "\n".join(lines) + "\n"

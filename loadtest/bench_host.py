@@ -28,8 +28,10 @@ against 8 workers on the issue's cells: CPU per token within 1.2x, and tokens pe
 0.8x (linear scaling of capacity; raw throughput cannot scale linearly where 8 workers outrun the
 engine's fixed step). Writes results/host-<timestamp>/ (bench_host.md, .csv, .json, bench_host.png)
 and prints the report.
-`--engine gpu` uses the reference engine with torch on the GPU and a random model of a few hundred M
-parameters instead of the synthetic one (the header names the GPU, the model's size and the dtype).
+`--engine native` serves the same synthetic tokens from the native engine instead (`engines/native/`: a
+Triton backend in C, no Python stub per response), so Triton's CPU per streamed token is the C API's
+rather than the Python backend's; `--engine gpu` uses the reference engine with torch on the GPU and a
+random model of a few hundred M parameters (the header names the GPU, the model's size and the dtype).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ CONNECTION_LABELS = {
     "fresh": "a new connection per request (as many clients do)",
     "keep-alive": "keep-alive connections, one per stream",
 }
-ENGINES = ("synthetic", "gpu")
+ENGINES = ("synthetic", "native", "gpu")
 GPU_MODEL_KIND = "gpu"
 # Engine instances for --engine gpu unless given: each holds the model and a CUDA context, and the
 # GPU runs one instance's kernels at a time.
@@ -285,6 +287,10 @@ def start_stack(cfg: HostConfig, workdir: Path) -> Iterator[HostStack]:
         repo = devstack.prepare_dev_repository(
             workdir / "model_repo", engine_mode="model", tokenizer_kind=GPU_MODEL_KIND, variables=values
         )
+    elif cfg.engine_mode == "native":
+        # The engine model alone, on the C backend: it has no max_active_requests (no limit).
+        del values["max_active_requests"]
+        repo = devstack.prepare_dev_repository(workdir / "model_repo", engine_mode="native", variables=values)
     else:
         repo = devstack.prepare_dev_repository(
             workdir / "model_repo", engine_mode="synthetic", variables=values
@@ -924,6 +930,8 @@ def gpu_name() -> str:
 
 def engine_description(cfg: HostConfig) -> str:
     """The report header's engine: synthetic pacing, or the reference engine's GPU, model and dtype."""
+    if cfg.engine_mode == "native":
+        return f"native (the C backend of engines/native/, synthetic tokens), step {cfg.step_ms:g} ms"
     if cfg.engine_mode != "gpu":
         return f"{cfg.engine_mode}, step {cfg.step_ms:g} ms"
     from deploy import tiny_model
@@ -1038,13 +1046,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--engine",
         choices=ENGINES,
-        help="synthetic (fixed step, no model; the default) or gpu: the reference engine with torch on "
-        "the GPU and a random model of a few hundred M parameters",
+        help="synthetic (fixed step, no model, the Python backend; the default), native (the same tokens "
+        "from a Triton backend in C: engines/native/) or gpu: the reference engine with torch on the GPU "
+        "and a random model of a few hundred M parameters",
     )
     p.add_argument(
         "--engine-instances",
         type=int,
-        help=f"engine instances per Triton (default 12 synthetic, {GPU_ENGINE_INSTANCES} gpu)",
+        help=f"engine instances per Triton (default 12 synthetic and native, {GPU_ENGINE_INSTANCES} gpu)",
     )
     p.add_argument("--triton-replicas", type=int, help="tritonserver processes (default 1)")
     p.add_argument("--load-processes", type=int, help="load generator processes (default 6)")
@@ -1115,6 +1124,8 @@ def config_from_args(args: argparse.Namespace) -> HostConfig:
     if args.engine == "gpu":
         changes["engine_mode"] = "gpu"
         changes.setdefault("engine_instances", GPU_ENGINE_INSTANCES)
+    elif args.engine == "native":
+        changes["engine_mode"] = "native"
     if args.gateway_arg:
         changes["gateway_extra_args"] = split_args(args.gateway_arg)
     if args.label:
