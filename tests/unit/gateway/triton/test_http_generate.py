@@ -175,9 +175,8 @@ class Scripted:
         return response
 
 
-@pytest.fixture
-async def served() -> AsyncIterator[tuple[Scripted, str]]:
-    scripted = Scripted()
+async def serve(scripted: Scripted) -> tuple[web.AppRunner, str]:
+    """The scripted generate_stream on a free local port: its runner and its URL."""
     app = web.Application()
     app.router.add_post("/v2/models/{model}/generate_stream", scripted.generate_stream)
     runner = web.AppRunner(app)
@@ -185,7 +184,14 @@ async def served() -> AsyncIterator[tuple[Scripted, str]]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield scripted, f"http://127.0.0.1:{port}"
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[Scripted, str]]:
+    scripted = Scripted()
+    runner, url = await serve(scripted)
+    yield scripted, url
     scripted.released.set()
     await runner.cleanup()
 
@@ -288,14 +294,8 @@ def test_the_client_streams_under_uvloop_as_the_gateway_runs_it() -> None:
 
     async def main() -> list[int]:
         scripted = Scripted()
-        app = web.Application()
-        app.router.add_post("/v2/models/{model}/generate_stream", scripted.generate_stream)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        http = TritonHttp(f"http://127.0.0.1:{port}", timeout_s=5)
+        runner, url = await serve(scripted)
+        http = TritonHttp(url, timeout_s=5)
         try:
             ids = []
             for _ in range(2):  # the second request reuses the first one's connection
