@@ -12,6 +12,7 @@ moved into place.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import re
@@ -21,6 +22,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Final, Literal
 
 from google.protobuf import text_format
@@ -29,6 +31,24 @@ from tritonclient.grpc import model_config_pb2
 logger = logging.getLogger(__name__)
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "model_repo_templates"
+
+
+def load_reference_engine() -> ModuleType:
+    """The CPU reference engine's `engine.py` (no Triton in it) as a module, loaded once from the
+    templates: for the benchmarks and tests that drive it directly, and the native engine's renderer,
+    which takes its synthetic token rule from it."""
+    name = "cpu_reference_engine"
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.spec_from_file_location(name, TEMPLATES_DIR / "tensorrt_llm" / "1" / "engine.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 BACKENDS: Final = ("cpu", "tensorrtllm", "native")
 VARIANTS: Final = ("current", "legacy")
 MODELS: Final = ("preprocessing", "tensorrt_llm", "postprocessing", "ensemble")

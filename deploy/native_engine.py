@@ -124,20 +124,14 @@ def ranges(ids: Sequence[int]) -> str:
 
 
 def token_id_ranges(tokenizer_dir: Path | str) -> str:
-    """The ids the engine emits, as ranges: the ordinary tokens (not special, not added, whole printable
-    text on their own), the same rule as the CPU reference engine's synthetic mode, so that both engines
-    give the same tokens for the same prompt and seed."""
+    """The ids the engine emits, as ranges: the CPU reference engine's synthetic-mode rule itself
+    (`ordinary_token_ids`: ordinary tokens that are whole printable text on their own), so that both
+    engines give the same tokens for the same prompt and seed."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    excluded = set(tokenizer.all_special_ids) | {int(i) for i in tokenizer.added_tokens_decoder}
-    ids = []
-    for token_id in range(len(tokenizer)):
-        if token_id in excluded:
-            continue
-        text = tokenizer.decode([token_id])
-        if text.strip() and "\ufffd" not in text and all(ch.isprintable() or ch in " \n" for ch in text):
-            ids.append(token_id)
+    from deploy.model_repo import load_reference_engine
+
+    ids = load_reference_engine().ordinary_token_ids(AutoTokenizer.from_pretrained(str(tokenizer_dir)))
     if not ids:
         raise NativeEngineError(f"no ordinary tokens in the tokenizer of {tokenizer_dir}")
     return ranges(ids)

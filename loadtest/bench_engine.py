@@ -11,7 +11,6 @@ before any per-response cost.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import sys
 import threading
@@ -21,16 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "model_repo_templates" / "tensorrt_llm" / "1"
-
-
-def load_engine() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("cpu_reference_engine", TEMPLATES / "engine.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from deploy.model_repo import load_reference_engine
 
 
 class _Sink:
@@ -142,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     model_dir = args.model_dir or tiny_model.build_tiny_model(args.kind)
     dtype = args.dtype if args.dtype != "auto" else ("float32" if args.device == "cpu" else "bfloat16")
-    engine = load_engine()
+    engine = load_reference_engine()
     runner = engine.TransformersRunner(str(model_dir), 1, device=args.device, dtype=dtype)
     name = args.device
     if args.device == "cuda":

@@ -480,6 +480,21 @@ def _mix64(value: int) -> int:
     return value ^ (value >> 31)
 
 
+def ordinary_token_ids(tokenizer: Any) -> list[int]:
+    """The ids synthetic mode emits: ordinary tokens only (not special, not added) that decode on
+    their own to readable text (no replacement or control characters, not just blanks). The native
+    engine's renderer uses the same rule, so both engines give the same tokens."""
+    excluded = set(tokenizer.all_special_ids) | {int(i) for i in tokenizer.added_tokens_decoder}
+    ids = []
+    for token_id in range(len(tokenizer)):
+        if token_id in excluded:
+            continue
+        text = tokenizer.decode([token_id])
+        if text.strip() and "\ufffd" not in text and all(ch.isprintable() or ch in " \n" for ch in text):
+            ids.append(token_id)
+    return ids
+
+
 def synthetic_token(candidates: Sequence[int], base: int, position: int) -> int:
     """The synthetic engine's token at ``position`` (0-based among generated tokens).
 

@@ -28,6 +28,7 @@ from engine import (
     StepStats,
     TransformersRunner,
     check_engine_device,
+    ordinary_token_ids,
 )
 
 # Inputs the stock contract declares that this engine cannot honour: a request using them gets an error.
@@ -252,19 +253,9 @@ class TritonPythonModel:
 
     @staticmethod
     def _synthetic_candidates(model_dir: str) -> list[int]:
-        """Ordinary tokens only: not special, not added, and whole printable UTF-8 text on their own."""
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        excluded = set(tokenizer.all_special_ids) | {int(i) for i in tokenizer.added_tokens_decoder}
-        candidates = []
-        for token_id in range(len(tokenizer)):
-            if token_id in excluded:
-                continue
-            text = tokenizer.decode([token_id])
-            # Readable text only: no replacement characters, no control characters, not just blanks.
-            if text.strip() and "\ufffd" not in text and all(ch.isprintable() or ch in " \n" for ch in text):
-                candidates.append(token_id)
+        candidates = ordinary_token_ids(AutoTokenizer.from_pretrained(model_dir))
         if not candidates:
             raise pb_utils.TritonModelException(f"no ordinary tokens in the tokenizer of {model_dir}")
         return candidates

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -14,18 +11,7 @@ import pytest
 from deploy import model_repo, tiny_model
 from deploy.model_repo import load_model_configs, render_repository
 
-
-def _load_engine() -> ModuleType:
-    path = model_repo.TEMPLATES_DIR / "tensorrt_llm" / "1" / "engine.py"
-    spec = importlib.util.spec_from_file_location("cpu_reference_engine", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-engine = _load_engine()
+engine = model_repo.load_reference_engine()
 
 
 @cache
