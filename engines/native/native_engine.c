@@ -918,6 +918,22 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
     return NULL;
 }
 
+/* Takes an instance out of its model's list (stop requests no longer look in it) and stops and joins
+   its generation thread if it was started; what it still holds is the caller's to free. */
+static void instance_retire(InstanceState* inst) {
+    ModelState* state = inst->model;
+    pthread_mutex_lock(&state->lock);
+    for (size_t i = 0; i < state->instance_count; i++)
+        if (state->instances[i] == inst) state->instances[i] = state->instances[--state->instance_count];
+    pthread_mutex_unlock(&state->lock);
+    if (!inst->thread_started) return;
+    pthread_mutex_lock(&inst->lock);
+    inst->running = 0;
+    pthread_cond_signal(&inst->wake);
+    pthread_mutex_unlock(&inst->lock);
+    pthread_join(inst->thread, NULL);
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelInstance* instance) {
     TRITONBACKEND_Model* model;
     void* vmodel;
@@ -945,17 +961,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceInitialize(TRITONBACKEND_ModelIns
     if (err == NULL) err = TRITONBACKEND_ModelInstanceSetState(instance, inst);
     if (err != NULL) {
         /* Finalize is not called for an instance that failed to initialize. */
-        pthread_mutex_lock(&state->lock);
-        for (size_t i = 0; i < state->instance_count; i++)
-            if (state->instances[i] == inst) state->instances[i] = state->instances[--state->instance_count];
-        pthread_mutex_unlock(&state->lock);
-        if (inst->thread_started) {
-            pthread_mutex_lock(&inst->lock);
-            inst->running = 0;
-            pthread_cond_signal(&inst->wake);
-            pthread_mutex_unlock(&inst->lock);
-            pthread_join(inst->thread, NULL);
-        }
+        instance_retire(inst);
         pthread_cond_destroy(&inst->wake);
         pthread_mutex_destroy(&inst->lock);
         free(inst);
@@ -969,15 +975,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInstanceFinalize(TRITONBACKEND_ModelInsta
     if (err != NULL) return err;
     InstanceState* inst = vinst;
     ModelState* state = inst->model;
-    pthread_mutex_lock(&state->lock);
-    for (size_t i = 0; i < state->instance_count; i++)
-        if (state->instances[i] == inst) state->instances[i] = state->instances[--state->instance_count];
-    pthread_mutex_unlock(&state->lock);
-    pthread_mutex_lock(&inst->lock);
-    inst->running = 0;
-    pthread_cond_signal(&inst->wake);
-    pthread_mutex_unlock(&inst->lock);
-    pthread_join(inst->thread, NULL);
+    instance_retire(inst);
     /* Requests still in flight end with an error saying why. */
     Sequence* lists[2] = {inst->active, inst->pending};
     uint64_t running = 0;
