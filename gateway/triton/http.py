@@ -225,17 +225,20 @@ class TritonHttp:
             conn = self._idle.pop()
             if conn.lost or conn.transport is None or conn.transport.is_closing():
                 continue
-            conn.start(request)
-            while not conn.status and not conn.lost and conn.error is None:
-                await conn.wait()
+            await self._send(conn, request)
             if conn.status or conn.received:
                 return conn
             conn.close()
         conn = await self._connect()
+        await self._send(conn, request)
+        return conn
+
+    @staticmethod
+    async def _send(conn: _Response, request: bytes) -> None:
+        """The request on `conn`, then until its response's status (or the connection's end)."""
         conn.start(request)
         while not conn.status and not conn.lost and conn.error is None:
             await conn.wait()
-        return conn
 
     async def generate_stream(
         self, model: str, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
