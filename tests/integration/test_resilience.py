@@ -151,7 +151,10 @@ async def test_two_hundred_dropped_streams_leave_nothing_running(
             started = [asyncio.Event() for _ in range(200)]
             tasks = [asyncio.create_task(read_stream(client, url, STREAM, ev)) for ev in started]
             await asyncio.wait_for(asyncio.gather(*(ev.wait() for ev in started)), 120)
-            assert triton_stack.metric("nv_trt_llm_request_metrics", **labels) >= 150
+            # The engine publishes its gauges after the step that sent the first tokens.
+            await wait_until(
+                lambda: triton_stack.metric("nv_trt_llm_request_metrics", **labels) >= 150, timeout=5.0
+            )
             for task in tasks:
                 task.cancel()  # the client goes away mid-stream
             await asyncio.gather(*tasks, return_exceptions=True)
