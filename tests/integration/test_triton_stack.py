@@ -301,8 +301,9 @@ def test_a_cancelled_stream_stops_the_engine_work_within_a_step(triton_stack: Tr
         if len(received) == 1:
             # The engine publishes its gauges after the step that sent this response: wait for it.
             wait_for(
-                lambda: triton_stack.metric("nv_trt_llm_request_metrics", request_type="active", **labels)
-                == 1,
+                lambda: (
+                    triton_stack.metric("nv_trt_llm_request_metrics", request_type="active", **labels) == 1
+                ),
                 5,
                 "the running request never counted as active",
             )
