@@ -1,11 +1,10 @@
-"""Anthropic Messages API target: POST /v1/messages over aiohttp, streaming or not."""
+"""Anthropic Messages API target: POST /v1/messages over aiohttp (or loadtest.lean_http's client),
+streaming or not."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
-
-import aiohttp
 
 from loadtest.fastjson import dumps as _dumps
 from loadtest.metrics import RequestRecord
@@ -37,9 +36,12 @@ class AnthropicTarget:
         timeout: float = 300.0,
         name: str = "messages",
         fresh_connections: bool = False,
+        client: str = "aiohttp",
     ) -> None:
         # A new connection per request (loadtest.target.http_session), for a benchmark of many clients.
         self._fresh_connections = fresh_connections
+        # The HTTP client: aiohttp, or loadtest.lean_http's (bench-host's many-worker load).
+        self._client = client
         self.name = name
         self._model = model
         self._workload = workload
@@ -48,11 +50,11 @@ class AnthropicTarget:
         if api_key:
             self._headers["x-api-key"] = api_key
         self._url = base_url.rstrip("/") + "/v1/messages"
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Any = None  # an aiohttp.ClientSession or a lean_http.LeanSession
 
     async def open(self, max_concurrency: int) -> None:
         self._session = http_session(
-            max_concurrency, self._timeout, fresh_connections=self._fresh_connections
+            max_concurrency, self._timeout, fresh_connections=self._fresh_connections, client=self._client
         )
 
     async def aclose(self) -> None:

@@ -106,6 +106,9 @@ class HostConfig:
     per_worker_concurrencies: tuple[int, ...] = (4, 8)
     transport: str = "http"  # the gateway's Triton hot path: HTTP generate_stream, or "grpc"
     connections: str = "fresh"  # the load generator: a new connection per request, or "keep-alive"
+    # The load generator's HTTP client: loadtest.lean_http on uvloop (cheap enough per token to
+    # saturate eight workers from a few cores), or "aiohttp" on asyncio's loop (the runs before it).
+    load_client: str = "lean"
     placement: str = "auto"  # disjoint cpus for workers, Triton and the load generator, or "off"
     loadgen_cpus: int = 0  # cpus for the load generator when placed (0: an eighth of the host's, >= 1)
     gateway_extra_args: tuple[str, ...] = ()
@@ -149,11 +152,11 @@ def _load_child(conn: Connection, start: Any, end: Any) -> None:
             include_usage=True,
             endpoint=msg["endpoint"] if msg["endpoint"] != "messages" else "completions",
         )
-        fresh = msg["connections"] == "fresh"
+        opts = {"fresh_connections": msg["connections"] == "fresh", "client": msg["load_client"]}
         if msg["endpoint"] == "messages":
-            client: Any = AnthropicTarget(msg["base_url"], msg["model"], workload, fresh_connections=fresh)
+            client: Any = AnthropicTarget(msg["base_url"], msg["model"], workload, **opts)
         else:
-            client = OpenAITarget(msg["base_url"] + "/v1", msg["model"], workload, fresh_connections=fresh)
+            client = OpenAITarget(msg["base_url"] + "/v1", msg["model"], workload, **opts)
         await client.open(msg["concurrency"])
         try:
 
@@ -176,7 +179,13 @@ def _load_child(conn: Connection, start: Any, end: Any) -> None:
         if msg is None:
             return
         try:
-            conn.send(("ok", asyncio.run(cell(msg))))
+            if msg["load_client"] == "lean":
+                import uvloop
+
+                records = uvloop.run(cell(msg))
+            else:
+                records = asyncio.run(cell(msg))
+            conn.send(("ok", records))
         except Exception as exc:
             with contextlib.suppress(threading.BrokenBarrierError):
                 start.abort()
@@ -453,6 +462,7 @@ def measure_cell(
         "prompts": list(prompts),
         "duration_s": cfg.level_duration_s,
         "connections": cfg.connections,
+        "load_client": cfg.load_client,
     }
     label = f"w={workers} {api} c={concurrency}{f' ({per_worker}/worker)' if per_worker else ''} r={round_no}"
     timeout = cfg.level_duration_s * 6 + 120
@@ -975,7 +985,8 @@ def write_report(
             "cells are not counted.",
             "",
             f"Gateway to Triton over {'HTTP generate_stream' if cfg.transport == 'http' else 'gRPC'}; the "
-            f"load generator opens {CONNECTION_LABELS[cfg.connections]}; "
+            f"load generator opens {CONNECTION_LABELS[cfg.connections]} with "
+            f"{'loadtest.lean_http on uvloop' if cfg.load_client == 'lean' else 'aiohttp'}; "
             f"placement: {layout or 'not recorded'}. conns/worker: the client connections each "
             "worker held over the window (mean of samples every 0.5 s).",
             "",
@@ -1075,6 +1086,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the load generator: a new connection per request (default: many clients) or keep-alive",
     )
     p.add_argument(
+        "--load-client",
+        choices=("lean", "aiohttp"),
+        help="the load generator's HTTP client: lean_http on uvloop (default) or aiohttp (earlier runs)",
+    )
+    p.add_argument(
         "--placement",
         choices=("auto", "off"),
         help="pin workers, Triton and the load generator to disjoint cpus (default auto) or not",
@@ -1112,6 +1128,7 @@ def config_from_args(args: argparse.Namespace) -> HostConfig:
         ("out", "out_dir"),
         ("transport", "transport"),
         ("connections", "connections"),
+        ("load_client", "load_client"),
         ("placement", "placement"),
         ("loadgen_cpus", "loadgen_cpus"),
     ):

@@ -1,12 +1,10 @@
-"""OpenAI-API target: /v1/completions, /v1/chat/completions or /v1/responses over aiohttp, streaming
-or not."""
+"""OpenAI-API target: /v1/completions, /v1/chat/completions or /v1/responses over aiohttp (or
+loadtest.lean_http's client), streaming or not."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
-
-import aiohttp
 
 from loadtest.fastjson import dumps as _dumps
 from loadtest.metrics import RequestRecord
@@ -29,9 +27,12 @@ class OpenAITarget:
         name: str = "openai",
         trust_usage: bool = True,
         fresh_connections: bool = False,
+        client: str = "aiohttp",
     ) -> None:
         # A new connection per request (loadtest.target.http_session), for a benchmark of many clients.
         self._fresh_connections = fresh_connections
+        # The HTTP client: aiohttp, or loadtest.lean_http's (bench-host's many-worker load).
+        self._client = client
         self.name = name
         # Some proxies estimate usage with their own tokenizer (LiteLLM counts the text with tiktoken):
         # then the content chunks, one per engine token, are the truer count.
@@ -46,7 +47,7 @@ class OpenAITarget:
             self._headers["authorization"] = f"Bearer {api_key}"
         paths = {"chat": "/chat/completions", "responses": "/responses", "completions": "/completions"}
         self._url = self._base_url + paths[workload.endpoint]
-        self._session: aiohttp.ClientSession | None = None
+        self._session: Any = None  # an aiohttp.ClientSession or a lean_http.LeanSession
 
     @property
     def base_url(self) -> str:
@@ -54,7 +55,7 @@ class OpenAITarget:
 
     async def open(self, max_concurrency: int) -> None:
         self._session = http_session(
-            max_concurrency, self._timeout, fresh_connections=self._fresh_connections
+            max_concurrency, self._timeout, fresh_connections=self._fresh_connections, client=self._client
         )
 
     async def aclose(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -80,8 +80,8 @@ def detail(text: object) -> str:
 
 
 def http_session(
-    max_concurrency: int, timeout: float, *, fresh_connections: bool = False
-) -> aiohttp.ClientSession:
+    max_concurrency: int, timeout: float, *, fresh_connections: bool = False, client: str = "aiohttp"
+) -> Any:
     """The HTTP targets' client: one keep-alive connection per concurrent request, bodies left raw;
     with `fresh_connections`, a new connection for every request (as many separate clients would
     connect: a server's SO_REUSEPORT workers then each get a fair share of requests, not of a few
@@ -90,7 +90,16 @@ def http_session(
     `timeout` bounds each wait on the server (a read, or getting a connection from the pool), not a
     whole stream, so a long generation that keeps producing tokens is never cut off; connecting has 30 s.
     Call from inside the running event loop; the caller closes the session.
+
+    `client="lean"` gives `loadtest.lean_http.LeanSession` instead, the same calls over a bare
+    asyncio protocol: several times cheaper per token, for bench-host's many-worker cells.
     """
+    if client == "lean":
+        from loadtest.lean_http import LeanSession
+
+        return LeanSession(timeout, fresh_connections=fresh_connections)
+    if client != "aiohttp":
+        raise ValueError(f"unknown HTTP client {client!r} (aiohttp or lean)")
     connector = aiohttp.TCPConnector(
         limit=max_concurrency, limit_per_host=max_concurrency, force_close=fresh_connections
     )
