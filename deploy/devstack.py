@@ -42,6 +42,61 @@ DEV_TOKENS_PER_BLOCK: Final = 8
 _LOG_TAIL_LINES: Final = 40
 
 
+# Triton's HTTP frontend hands every generate_stream response to the connection's thread through a
+# non-blocking socketpair (libevhtp's evthr_defer) and ignores a failed write: when that thread falls
+# behind by more than the socket's send buffer holds, responses are lost (a stream's start, a token,
+# its end). The buffer is net.core.wmem_default when Triton creates the socket: 212992 bytes hold 278
+# commands; 32 MiB hold about 43k. `python -m loadtest.triton_http_drops` measures it.
+WMEM_DEFAULT: Final = Path("/proc/sys/net/core/wmem_default")
+TRITON_HTTP_SEND_BUFFER: Final = 32 * 2**20
+
+
+class _SendBuffers:
+    """net.core.wmem_default raised while tritonservers create their sockets, restored after the last
+    one is up (the setting is read at socket creation, and it is the whole host's)."""
+
+    def __init__(self, path: Path = WMEM_DEFAULT) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._original: str | None = None
+
+    def raise_to(self, size: int) -> tuple[bool, bool]:
+        """(in force, held): whether the value now in force is at least `size`, and whether the
+        caller holds it raised (and must `release`)."""
+        with self._lock:
+            try:
+                current = int(self._path.read_text().strip())
+            except (OSError, ValueError):
+                return False, False
+            if current >= size:
+                if not self._holders:
+                    return True, False  # the host's own setting: nothing to restore
+                self._holders += 1
+                return True, True
+            try:
+                self._path.write_text(str(size))
+            except OSError:
+                return False, False  # not root, or /proc/sys read-only (a container)
+            if not self._holders:
+                self._original = str(current)
+            self._holders += 1
+            return True, True
+
+    def release(self) -> None:
+        with self._lock:
+            if not self._holders:
+                return
+            self._holders -= 1
+            if not self._holders and self._original is not None:
+                with contextlib.suppress(OSError):
+                    self._path.write_text(self._original)
+                self._original = None
+
+
+_SEND_BUFFERS = _SendBuffers()
+
+
 class TritonStartError(RuntimeError):
     """tritonserver exited or did not become ready; the message includes the end of its log."""
 
@@ -219,7 +274,11 @@ class TritonServer:
         exit_timeout_s: int = 5,
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        http_send_buffer: int | None = None,
     ) -> None:
+        """``http_send_buffer``: raise net.core.wmem_default to this many bytes while tritonserver
+        starts (root only; see TRITON_HTTP_SEND_BUFFER), so that its HTTP frontend does not lose
+        generate_stream responses under load; ``http_send_buffer_applied`` says whether it held."""
         if not repositories:
             raise ValueError("at least one model repository is required")
         self.repositories = [Path(r).absolute() for r in repositories]
@@ -234,6 +293,9 @@ class TritonServer:
         self._extra_args = list(extra_args)
         self._env = env
         self._process: subprocess.Popen[bytes] | None = None
+        self._http_send_buffer = http_send_buffer
+        self.http_send_buffer_applied = False
+        self._holds_send_buffers = False
         self._lock = threading.Lock()
         self.grpc_port = self.http_port = self.metrics_port = 0
 
@@ -305,6 +367,15 @@ class TritonServer:
                 *self._extra_args,
             ]
             self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            if self._http_send_buffer:
+                in_force, held = _SEND_BUFFERS.raise_to(self._http_send_buffer)
+                self.http_send_buffer_applied, self._holds_send_buffers = in_force, held
+                if not self.http_send_buffer_applied:
+                    logger.warning(
+                        "could not raise net.core.wmem_default to %d (needs root): Triton's HTTP "
+                        "frontend may lose generate_stream responses under load",
+                        self._http_send_buffer,
+                    )
             with open(self.log_file, "ab") as log:
                 self._process = subprocess.Popen(
                     command,
@@ -344,6 +415,18 @@ class TritonServer:
 
         Raises TritonStartError if the server exits, ``timeout`` passes or ``abort`` is set.
         """
+        try:
+            self._wait_ready(timeout, abort)
+        finally:
+            # Ready (or gone): its HTTP threads and their sockets exist; the host's default goes back.
+            self._release_send_buffers()
+
+    def _release_send_buffers(self) -> None:
+        if self._holds_send_buffers:
+            self._holds_send_buffers = False
+            _SEND_BUFFERS.release()
+
+    def _wait_ready(self, timeout: float, abort: threading.Event | None) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if self._process is None:
@@ -379,6 +462,7 @@ class TritonServer:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM (Triton unloads models and stops its stubs), SIGKILL the group after ``timeout``."""
+        self._release_send_buffers()
         with self._lock:
             process = self._process
             if process is None:
@@ -560,6 +644,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         http_port=args.http_port,
         metrics_port=args.metrics_port,
         work_dir=work_dir,
+        http_send_buffer=TRITON_HTTP_SEND_BUFFER,
     )
     clean = False
     try:

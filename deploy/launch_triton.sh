@@ -34,6 +34,10 @@ Usage: deploy/launch_triton.sh --model-repo DIR [options] [-- extra tritonserver
   --ready-timeout S       give up if not ready after S seconds (default 1800)         [READY_TIMEOUT]
   --stop-timeout S        after SIGTERM, wait S seconds before SIGKILL (default 60)   [STOP_TIMEOUT]
                           (readiness is polled every READY_POLL_INTERVAL seconds, default 2)
+  --http-send-buffer B    raise net.core.wmem_default to B bytes while tritonserver starts, back
+                          after it is ready (default 33554432; 0: leave it): Triton's HTTP
+                          frontend loses generate_stream responses under load when its
+                          threads' command sockets fill (212992 bytes hold 278)  [TRITON_HTTP_SEND_BUFFER]
   --mpi-arg ARG           extra mpirun argument (repeatable), e.g. --oversubscribe
   --no-wait               do not poll readiness (still runs in the foreground)
   --dry-run               print the command line and exit; GPU and tool checks are skipped
@@ -54,6 +58,9 @@ TRITON_EXIT_TIMEOUT=${TRITON_EXIT_TIMEOUT:-30}
 READY_TIMEOUT=${READY_TIMEOUT:-1800}
 STOP_TIMEOUT=${STOP_TIMEOUT:-60}
 READY_POLL_INTERVAL=${READY_POLL_INTERVAL:-2}
+TRITON_HTTP_SEND_BUFFER=${TRITON_HTTP_SEND_BUFFER:-33554432}
+# The sysctl's file (a test points it elsewhere).
+WMEM_DEFAULT_FILE=${WMEM_DEFAULT_FILE:-/proc/sys/net/core/wmem_default}
 WAIT_READY=1
 DRY_RUN=0
 MPI_ARGS=()
@@ -71,6 +78,7 @@ while [[ $# -gt 0 ]]; do
     --exit-timeout) need_value "$@"; TRITON_EXIT_TIMEOUT=$2; shift 2 ;;
     --ready-timeout) need_value "$@"; READY_TIMEOUT=$2; shift 2 ;;
     --stop-timeout) need_value "$@"; STOP_TIMEOUT=$2; shift 2 ;;
+    --http-send-buffer) need_value "$@"; TRITON_HTTP_SEND_BUFFER=$2; shift 2 ;;
     --mpi-arg) need_value "$@"; MPI_ARGS+=("$2"); shift 2 ;;
     --no-wait) WAIT_READY=0; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
@@ -86,6 +94,8 @@ for pair in "--http-port:$TRITON_HTTP_PORT" "--grpc-port:$TRITON_GRPC_PORT" "--m
   "--exit-timeout:$TRITON_EXIT_TIMEOUT" "--ready-timeout:$READY_TIMEOUT" "--stop-timeout:$STOP_TIMEOUT"; do
   require_uint "${pair%%:*}" "${pair#*:}"
 done
+[[ $TRITON_HTTP_SEND_BUFFER =~ ^[0-9]+$ ]] ||
+  die "--http-send-buffer must be a number of bytes (0: leave it), got '$TRITON_HTTP_SEND_BUFFER'"
 MODEL_REPO_DIR=${MODEL_REPO_DIR%/}
 
 if [[ $DRY_RUN == 1 ]]; then
@@ -248,6 +258,38 @@ stop_server() {
 trap 'stop_server SIGTERM 143' TERM
 trap 'stop_server SIGINT 130' INT
 
+# Triton's HTTP frontend hands each generate_stream response to the connection's thread through a
+# non-blocking socketpair (libevhtp's evthr_defer) and ignores a failed write: a thread behind by more
+# than the socket's send buffer holds loses a stream's start, a token or its end. The buffer is
+# net.core.wmem_default when Triton creates the socket (at start-up), and the setting is the host's:
+# raise it for the start, put it back once Triton is ready.
+WMEM_ORIGINAL=""
+if [[ $TRITON_HTTP_SEND_BUFFER -gt 0 ]]; then
+  wmem=""
+  [[ -r $WMEM_DEFAULT_FILE ]] && wmem=$(<"$WMEM_DEFAULT_FILE")
+  if ! [[ $wmem =~ ^[0-9]+$ ]]; then
+    note "cannot read $WMEM_DEFAULT_FILE: Triton's HTTP frontend may lose generate_stream responses under load"
+  elif [[ $wmem -ge $TRITON_HTTP_SEND_BUFFER ]]; then
+    :
+  elif (echo "$TRITON_HTTP_SEND_BUFFER" >"$WMEM_DEFAULT_FILE") 2>/dev/null; then
+    WMEM_ORIGINAL=$wmem
+    note "raised net.core.wmem_default from $wmem to $TRITON_HTTP_SEND_BUFFER while tritonserver starts"
+  else
+    note "net.core.wmem_default is $wmem and cannot be raised here (needs root on the host):" \
+      "Triton's HTTP frontend may lose generate_stream responses under load;" \
+      "run sysctl -w net.core.wmem_default=$TRITON_HTTP_SEND_BUFFER on the host, or stream over gRPC"
+  fi
+fi
+restore_wmem() {
+  if [[ -n $WMEM_ORIGINAL ]]; then
+    echo "$WMEM_ORIGINAL" >"$WMEM_DEFAULT_FILE" 2>/dev/null || true
+    note "net.core.wmem_default back to $WMEM_ORIGINAL"
+    WMEM_ORIGINAL=""
+  fi
+}
+# Whatever ends the script first (with --no-wait, the end of the server) puts it back too.
+trap restore_wmem EXIT
+
 # Job control puts the server in its own process group, so stopping it reaches every child.
 set -m
 "${CMD[@]}" &
@@ -268,6 +310,8 @@ if [[ $WAIT_READY == 1 ]]; then
     sleep "$READY_POLL_INTERVAL"
   done
   note "ready after $((SECONDS - started))s: http :$TRITON_HTTP_PORT, grpc :$TRITON_GRPC_PORT, metrics :$TRITON_METRICS_PORT ($WORLD_SIZE rank(s))"
+  # Ready: its HTTP threads and their sockets exist.
+  restore_wmem
 fi
 
 rc=0

@@ -203,7 +203,12 @@ def start_stack(cfg: BenchConfig, workdir: Path) -> Iterator[Stack]:
         # Enough active sequences for the soak's open streams; the step sets the per-stream token rate.
         variables={"synthetic_step_ms": cfg.step_ms, "max_active_requests": max(1024, cfg.soak_streams)},
     )
-    with devstack.TritonServer([repo.path], log_file=workdir / "tritonserver.log") as server:
+    with devstack.TritonServer(
+        [repo.path],
+        log_file=workdir / "tritonserver.log",
+        # Where root: so that Triton's HTTP frontend keeps every stream response (devstack says why).
+        http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER,
+    ) as server:
         yield Stack(
             grpc_url=server.grpc_url,
             http_url=server.http_url,

@@ -109,6 +109,9 @@ class HostConfig:
     # The load generator's HTTP client: loadtest.lean_http on uvloop (cheap enough per token to
     # saturate eight workers from a few cores), or "aiohttp" on asyncio's loop (the runs before it).
     load_client: str = "lean"
+    # net.core.wmem_default while Triton starts (deploy.devstack.TRITON_HTTP_SEND_BUFFER; 0: leave
+    # it): below it Triton's HTTP frontend loses generate_stream responses at these rates.
+    triton_send_buffer: int = 32 * 2**20
     placement: str = "auto"  # disjoint cpus for workers, Triton and the load generator, or "off"
     loadgen_cpus: int = 0  # cpus for the load generator when placed (0: an eighth of the host's, >= 1)
     gateway_extra_args: tuple[str, ...] = ()
@@ -278,6 +281,7 @@ class HostStack:
     engine: str = "tensorrt_llm"
     ensemble: str = "ensemble"
     http_urls: tuple[str, ...] = ()  # each Triton's HTTP endpoint, in grpc_urls' order
+    send_buffer_applied: bool = False  # net.core.wmem_default was raised (or high) as Triton started
 
 
 @contextlib.contextmanager
@@ -307,7 +311,11 @@ def start_stack(cfg: HostConfig, workdir: Path) -> Iterator[HostStack]:
     with contextlib.ExitStack() as stack:
         servers = [
             stack.enter_context(
-                devstack.TritonServer([repo.path], log_file=workdir / f"tritonserver-{i}.log")
+                devstack.TritonServer(
+                    [repo.path],
+                    log_file=workdir / f"tritonserver-{i}.log",
+                    http_send_buffer=cfg.triton_send_buffer or None,
+                )
             )
             for i in range(cfg.triton_replicas)
         ]
@@ -317,6 +325,7 @@ def start_stack(cfg: HostConfig, workdir: Path) -> Iterator[HostStack]:
             triton_pids=tuple(s.pid for s in servers if s.pid is not None),
             ensemble=repo.ensemble,
             http_urls=tuple(s.http_url for s in servers),
+            send_buffer_applied=all(s.http_send_buffer_applied for s in servers),
         )
 
 
@@ -987,7 +996,15 @@ def write_report(
             f"Gateway to Triton over {'HTTP generate_stream' if cfg.transport == 'http' else 'gRPC'}; the "
             f"load generator opens {CONNECTION_LABELS[cfg.connections]} with "
             f"{'loadtest.lean_http on uvloop' if cfg.load_client == 'lean' else 'aiohttp'}; "
-            f"placement: {layout or 'not recorded'}. conns/worker: the client connections each "
+            f"placement: {layout or 'not recorded'}; "
+            + (
+                f"net.core.wmem_default raised to {cfg.triton_send_buffer} while Triton starts "
+                "(where root; below it Triton's HTTP frontend loses stream responses: "
+                "loadtest.triton_http_drops)"
+                if cfg.triton_send_buffer
+                else "net.core.wmem_default left as the host has it"
+            )
+            + ". conns/worker: the client connections each "
             "worker held over the window (mean of samples every 0.5 s).",
             "",
             "## The issue's cells (total concurrency)",
@@ -1091,6 +1108,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the load generator's HTTP client: lean_http on uvloop (default) or aiohttp (earlier runs)",
     )
     p.add_argument(
+        "--triton-send-buffer",
+        type=int,
+        help="net.core.wmem_default in bytes while Triton starts (root only; default 32 MiB; 0: leave it)",
+    )
+    p.add_argument(
         "--placement",
         choices=("auto", "off"),
         help="pin workers, Triton and the load generator to disjoint cpus (default auto) or not",
@@ -1129,6 +1151,7 @@ def config_from_args(args: argparse.Namespace) -> HostConfig:
         ("transport", "transport"),
         ("connections", "connections"),
         ("load_client", "load_client"),
+        ("triton_send_buffer", "triton_send_buffer"),
         ("placement", "placement"),
         ("loadgen_cpus", "loadgen_cpus"),
     ):

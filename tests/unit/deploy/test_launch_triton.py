@@ -120,6 +120,9 @@ args = sys.argv[1:]
 pid_dir = os.environ["FAKE_PID_DIR"]
 with open(os.path.join(pid_dir, str(os.getpid())), "w") as f:
     f.write(" ".join(args))
+if os.environ.get("FAKE_WMEM_SEEN"):  # what net.core.wmem_default was when the server started
+    with open(os.environ["WMEM_DEFAULT_FILE"]) as src, open(os.environ["FAKE_WMEM_SEEN"], "w") as dst:
+        dst.write(src.read().strip())
 if os.environ.get("FAKE_EXIT_CODE"):
     sys.exit(int(os.environ["FAKE_EXIT_CODE"]))
 if os.environ.get("FAKE_IGNORE_TERM"):
@@ -214,6 +217,9 @@ class Stack:
         self.engine.mkdir()
         self.set_engine_world_size(1)
         self.port = free_port()
+        # The host's sysctl stays untouched: the script raises and restores this file instead.
+        self.wmem = tmp / "wmem_default"
+        self.wmem.write_text("212992\n")
         self.proc: subprocess.Popen[str] | None = None
 
     def set_engine_world_size(self, world: int) -> None:
@@ -229,7 +235,8 @@ class Stack:
         self.proc = subprocess.Popen(
             ["bash", str(SCRIPT), "--model-repo", str(self.repo), "--tritonserver", str(self.tritonserver),
              "--http-port", str(self.port), *args],
-            env={"PATH": str(self.bin), "FAKE_PID_DIR": str(self.pids), "READY_POLL_INTERVAL": "0.1", **env},
+            env={"PATH": str(self.bin), "FAKE_PID_DIR": str(self.pids), "READY_POLL_INTERVAL": "0.1",
+                 "WMEM_DEFAULT_FILE": str(self.wmem), **env},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -335,6 +342,47 @@ def test_ranks_ignoring_sigterm_are_killed_even_in_their_own_process_groups(stac
     assert wait_gone(pids) == []
 
 
+def test_the_send_buffer_is_raised_while_triton_starts_and_put_back_once_ready(stack: Stack) -> None:
+    seen = stack.pids.parent / "wmem_seen"
+    proc = stack.start(FAKE_WMEM_SEEN=str(seen))
+    stack.wait_for_line("raised net.core.wmem_default from 212992 to 33554432 while tritonserver starts")
+    stack.wait_for_line("ready after")
+    stack.wait_for_line("net.core.wmem_default back to 212992")
+    assert seen.read_text() == "33554432"  # what Triton's sockets got
+    assert stack.wmem.read_text().strip() == "212992"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 143
+
+
+def test_a_launch_that_fails_before_ready_puts_the_send_buffer_back_too(stack: Stack) -> None:
+    proc = stack.start("--http-send-buffer", "1048576", FAKE_EXIT_CODE="7")
+    stack.wait_for_line("raised net.core.wmem_default from 212992 to 1048576")
+    assert proc.wait(timeout=15) == 1
+    assert stack.wmem.read_text().strip() == "212992"
+
+
+@pytest.mark.parametrize(
+    ("value", "args", "needle"),
+    [("67108864", (), None), ("212992", ("--http-send-buffer", "0"), None), (None, (), "cannot read")],
+    ids=["already-higher", "off", "unreadable"],
+)
+def test_the_send_buffer_is_left_alone_when_high_enough_off_or_unreadable(
+    stack: Stack, value: str | None, args: tuple[str, ...], needle: str | None
+) -> None:
+    if value is None:
+        stack.wmem.unlink()
+    else:
+        stack.wmem.write_text(value)
+    proc = stack.start(*args)
+    if needle:
+        stack.wait_for_line(needle)
+    line = stack.wait_for_line("ready after")
+    assert "raised" not in line
+    assert (stack.wmem.read_text() if value is not None else None) == value
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 143
+
+
 def test_a_server_that_dies_before_ready_fails_the_launch(stack: Stack) -> None:
     proc = stack.start(FAKE_EXIT_CODE="7")
     stack.wait_for_line("tritonserver exited with status 7 before it was ready")
@@ -411,6 +459,9 @@ def test_real_tritonserver_serves_the_repository_and_stops_cleanly(
     write_tool(fake_bin / "nvidia-smi", FAKE_NVIDIA_SMI)
     env = devstack.server_environment()
     env.update(PATH=f"{fake_bin}{os.pathsep}{env['PATH']}", FAKE_GPUS=str(world), READY_POLL_INTERVAL="0.2")
+    # Not the host's sysctl: the test_launch_triton fakes check raising and restoring it.
+    env["WMEM_DEFAULT_FILE"] = str(tmp_path / "wmem_default")
+    (tmp_path / "wmem_default").write_text("212992\n")
     http, grpc_port, metrics = (devstack.free_port() for _ in range(3))
     proc = subprocess.Popen(
         ["bash", str(SCRIPT), "--model-repo", str(repo), "--world-size", str(world),
