@@ -370,6 +370,11 @@ class TritonServer:
             if self._http_send_buffer:
                 in_force, held = _SEND_BUFFERS.raise_to(self._http_send_buffer)
                 self.http_send_buffer_applied, self._holds_send_buffers = in_force, held
+                if held:
+                    logger.info(
+                        "net.core.wmem_default at %d while tritonserver starts (back once it is ready)",
+                        self._http_send_buffer,
+                    )
                 if not self.http_send_buffer_applied:
                     logger.warning(
                         "could not raise net.core.wmem_default to %d (needs root): Triton's HTTP "
