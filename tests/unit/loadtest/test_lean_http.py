@@ -18,17 +18,18 @@ from loadtest.anthropic_client import AnthropicTarget
 from loadtest.metrics import RequestRecord
 from loadtest.openai_client import OpenAITarget
 from loadtest.workload import Prompt, Workload
+from tests.support.http_servers import (
+    NOT_FOUND_MESSAGE,
+    cut_stream,
+    hang_up,
+    never_answer,
+    not_found,
+    read_request,
+)
 from tests.support.waiting import wait_until
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 CLIENTS = ("aiohttp", "lean")
-
-
-async def _read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    fields = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:] if line)
-    await reader.readexactly(int(fields.get(b"content-length", b"0")))
-    return head
 
 
 def _completion_events(n: int) -> list[bytes]:
@@ -65,7 +66,7 @@ def _streaming(events: list[bytes], *, chunked: bool, split: int) -> Handler:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                await _read_request(reader)
+                await read_request(reader)
                 data = head + framed
                 for i in range(0, len(data), split):
                     writer.write(data[i : i + split])
@@ -126,39 +127,15 @@ async def test_both_clients_record_the_same_stream(chunked: bool, split: int, me
         assert record.start <= record.chunk_times[0] <= record.chunk_times[-1] <= record.end
 
 
-async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
-    writer.close()
-
-
-async def _cut_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
-    event = b'data: {"choices": [{"index": 0, "text": " t0"}]}\n\n'
-    writer.write(
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-        + f"{len(event):x}\r\n".encode()
-        + event
-        + b"\r\n"
-    )
-    await writer.drain()
-    writer.close()
-
-
 async def _garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
+    await read_request(reader)
     writer.write(b"data: not an HTTP status line\r\n\r\n")
     await writer.drain()
     writer.close()
 
 
-async def _never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
-    await reader.read()  # silent until the client gives up and closes
-    writer.close()
-
-
 async def _stall_mid_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
+    await read_request(reader)
     writer.write(
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: 1000\r\n\r\n"
         b'data: {"choices": [{"index": 0, "text": " t0"}]}\n\n'
@@ -168,27 +145,15 @@ async def _stall_mid_stream(reader: asyncio.StreamReader, writer: asyncio.Stream
     writer.close()
 
 
-async def _not_found(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
-    body = b'{"error": {"message": "The model `m` does not exist.", "type": "invalid_request_error"}}'
-    writer.write(
-        b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    await writer.drain()
-    writer.close()
-
-
 @pytest.mark.parametrize(
     ("handler", "kind", "tokens"),
     [
-        (_hang_up, "connection_closed", 0),
-        (_cut_stream, "connection_closed", 1),
+        (hang_up, "connection_closed", 0),
+        (cut_stream, "connection_closed", 1),
         (_garbage, "connection_closed", 0),
-        (_never_answer, "timeout", 0),
+        (never_answer, "timeout", 0),
         (_stall_mid_stream, "timeout", 1),
-        (_not_found, "http_404", 0),
+        (not_found, "http_404", 0),
     ],
     ids=["hang-up", "cut-short", "not-http", "no-answer", "stalled", "404"],
 )
@@ -199,8 +164,8 @@ async def test_failures_land_in_the_same_error_kinds(
     record = await _send(handler, client, timeout=0.3)
     assert record.error == kind, record.error_detail
     assert len(record.chunk_times) == tokens  # a token before the failure still counts
-    if handler is _not_found:
-        assert record.error_detail == "The model `m` does not exist."
+    if handler is not_found:
+        assert record.error_detail == NOT_FOUND_MESSAGE
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -224,7 +189,7 @@ async def test_keep_alive_reuses_one_connection_and_fresh_opens_one_per_request(
         accepted.append(b"")
         try:
             while True:
-                accepted[-1] = await _read_request(reader)
+                accepted[-1] = await read_request(reader)
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                     + b"content-length: %d\r\n\r\n" % len(body)
@@ -258,7 +223,7 @@ async def test_a_kept_alive_connection_the_server_closed_is_not_reused() -> None
 
     async def serve_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal served
-        await _read_request(reader)
+        await read_request(reader)
         served += 1
         # Keep-alive by HTTP/1.1's default, then closed by the server while the client holds it idle.
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
@@ -293,7 +258,7 @@ async def test_a_stream_longer_than_the_timeout_is_not_cut_while_it_keeps_coming
     events = _completion_events(8)
 
     async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_request(reader)
         body = b"".join(events)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(body))
         for event in events:  # 1 s in all, an event every 0.1 s: each wait well under the 0.3 s timeout

@@ -15,6 +15,7 @@ import pytest
 from loadtest.openai_client import OpenAITarget
 from loadtest.target import error_kind, http_session
 from loadtest.workload import Prompt, Workload
+from tests.support.http_servers import cut_stream, hang_up, never_answer, not_found
 
 
 class _RpcError(Exception):
@@ -70,36 +71,6 @@ async def test_session_pool_and_timeouts():
         await session.close()
 
 
-async def _read_request(reader: asyncio.StreamReader) -> None:
-    head = await reader.readuntil(b"\r\n\r\n")
-    fields = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:] if line)
-    await reader.readexactly(int(fields.get(b"content-length", b"0")))
-
-
-async def _hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
-    writer.close()
-
-
-async def _cut_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
-    event = b'data: {"choices": [{"index": 0, "text": " t0"}]}\n\n'
-    writer.write(
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-        + f"{len(event):x}\r\n".encode()
-        + event
-        + b"\r\n"
-    )
-    await writer.drain()
-    writer.close()
-
-
-async def _never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
-    await reader.read()  # silent until the client gives up and closes
-    writer.close()
-
-
 async def _send_one(url: str, timeout: float = 5.0):
     target = OpenAITarget(url, "m", Workload(max_tokens=4), timeout=timeout)
     await target.open(1)
@@ -112,9 +83,9 @@ async def _send_one(url: str, timeout: float = 5.0):
 @pytest.mark.parametrize(
     ("handler", "raised", "kind"),
     [
-        (_hang_up, "ServerDisconnectedError", "connection_closed"),
-        (_cut_stream, "ClientPayloadError", "connection_closed"),
-        (_never_answer, "SocketTimeoutError", "timeout"),
+        (hang_up, "ServerDisconnectedError", "connection_closed"),
+        (cut_stream, "ClientPayloadError", "connection_closed"),
+        (never_answer, "SocketTimeoutError", "timeout"),
     ],
     ids=["server-disconnected", "stream-cut-short", "no-answer"],
 )
@@ -127,7 +98,7 @@ async def test_real_aiohttp_failures_are_counted_by_kind(handler, raised, kind):
         server.close()
     assert record.error == kind, record.error_detail
     assert (record.error_detail or "").startswith(raised)
-    if handler is _cut_stream:
+    if handler is cut_stream:
         assert len(record.chunk_times) == 1  # the token before the cut still counts
 
 
@@ -140,23 +111,11 @@ async def test_refused_connection_is_connect_error():
     assert "ClientConnectorError" in (record.error_detail or "")
 
 
-async def _not_found(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    await _read_request(reader)
-    body = b'{"error": {"message": "The model `m` does not exist.", "type": "invalid_request_error"}}'
-    writer.write(
-        b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n"
-        + f"content-length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    await writer.drain()
-    writer.close()
-
-
 async def test_an_http_error_is_reported_with_the_servers_own_message():
     from loadtest.cli import error_lines
     from loadtest.metrics import summarize
 
-    server = await asyncio.start_server(_not_found, "127.0.0.1", 0)
+    server = await asyncio.start_server(not_found, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
         record = await _send_one(f"http://127.0.0.1:{port}/v1")
