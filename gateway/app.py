@@ -98,6 +98,7 @@ class TritonEngines:
             settings.triton_url,
             timeout_s=settings.triton_connect_timeout_s,
             http_urls=settings.triton_http_url,
+            stream_idle_s=settings.triton_stream_idle_timeout_s or None,
             on_health=on_health,
             policy=make_policy(settings.routing_policy, routing),
             series=metrics.endpoint,

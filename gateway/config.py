@@ -262,6 +262,12 @@ class Settings(BaseSettings):
     triton_connect_timeout_s: float = Field(
         default=10.0, gt=0, description="Deadline for Triton metadata calls (config, readiness)."
     )
+    triton_stream_idle_timeout_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="A started HTTP generate_stream that sends nothing for this long fails, and Triton "
+        "is cancelled (0: no limit): Triton's HTTP frontend can lose a stream's end under load.",
+    )
     readiness_cache_s: float = Field(
         default=1.0, ge=0, description="How long a Triton readiness answer is reused by /health/ready."
     )

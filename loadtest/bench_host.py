@@ -346,6 +346,9 @@ def gateway_command(
             raise ValueError("the HTTP transport needs every Triton's HTTP URL")
         for url in stack.http_urls:
             cmd += ["--triton-http-url", url]
+        # Engine steps are milliseconds apart: a stream silent for 30 s lost its end in Triton's
+        # HTTP frontend, and it should fail (counted) rather than hold the cell until its time limit.
+        cmd += ["--triton-stream-idle-timeout-s", "30"]
     cmd += ["--model", spec, "--log-level", "warning", "--max-concurrent-requests", "4096"]
     if workers > 1:
         cmd += ["--workers", str(workers)]

@@ -73,6 +73,7 @@ class _Response(asyncio.Protocol):
         self.keep_alive = False
         self.lost = False
         self.received = False  # any byte of the current response
+        self.active = False  # a read since the stream's idle check last looked
         self.error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
@@ -84,7 +85,7 @@ class _Response(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self.received = True
+        self.received = self.active = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -177,10 +178,41 @@ class _Response(asyncio.Protocol):
             self.transport.close()
 
 
+class _IdleWatch:
+    """Fails a stream that has been silent for `idle_s`: one timer per stream, re-armed while reads
+    keep coming (the protocol marks each read), not a timer per read."""
+
+    def __init__(self, conn: _Response, idle_s: float) -> None:
+        self._conn = conn
+        self._idle_s = idle_s
+        self._loop = asyncio.get_running_loop()
+        conn.active = False
+        self._handle = self._loop.call_later(idle_s, self._check)
+
+    def _check(self) -> None:
+        conn = self._conn
+        if conn.complete or conn.error is not None or conn.lost:
+            return
+        if conn.active:
+            conn.active = False
+            self._handle = self._loop.call_later(self._idle_s, self._check)
+            return
+        conn.error = TransportError(f"Triton sent nothing on the stream for {self._idle_s:g} s")
+        conn.close()  # an unfinished response: Triton cancels the request
+        conn._wake()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
 class TritonHttp:
-    def __init__(self, url: str, *, timeout_s: float) -> None:
+    def __init__(self, url: str, *, timeout_s: float, stream_idle_s: float | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        # A started stream that sends nothing for this long fails (None: waits as long as it takes).
+        # Triton's HTTP frontend can lose a stream's end under load (README, "Running against your
+        # own Triton"), and then the stream would never finish.
+        self.stream_idle_s = stream_idle_s
         parts = urlsplit(self.url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -247,6 +279,7 @@ class TritonHttp:
         Leaving the iteration early closes the connection, which cancels the request in Triton."""
         request = self._request(model, orjson.dumps(body), headers)
         conn: _Response | None = None
+        watchdog: _IdleWatch | None = None
         reusable = False
         try:
             conn = await self._open(request)
@@ -259,6 +292,8 @@ class TritonHttp:
                     raise conn.error
                 raise HttpStatusError(conn.status, _error_message(b"".join(conn.error_body)))
             events = conn.events
+            if self.stream_idle_s:
+                watchdog = _IdleWatch(conn, self.stream_idle_s)
             while True:
                 if events:
                     # What came since the last look, as aiohttp's readany() gave it.
@@ -290,6 +325,8 @@ class TritonHttp:
                 raise TransportError("Triton's stream ended inside an event")
             reusable = conn.reusable
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if conn is not None:
                 if reusable:
                     self._idle.append(conn)

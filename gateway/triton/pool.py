@@ -78,6 +78,7 @@ class TritonPool:
         *,
         timeout_s: float,
         http_urls: Sequence[str] = (),
+        stream_idle_s: float | None = None,
         backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
         probe_interval_s: float = 2.0,
@@ -95,7 +96,7 @@ class TritonPool:
             if len(http_urls) != len(self.endpoints):
                 raise ValueError("one Triton HTTP URL per gRPC URL is needed")
             for endpoint, url in zip(self.endpoints, http_urls, strict=True):
-                endpoint.http = TritonHttp(url, timeout_s=timeout_s)
+                endpoint.http = TritonHttp(url, timeout_s=timeout_s, stream_idle_s=stream_idle_s)
         self._backoff = backoff_s
         self._max_backoff = max_backoff_s
         self._probe_interval = probe_interval_s

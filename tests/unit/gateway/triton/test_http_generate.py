@@ -13,7 +13,13 @@ from aiohttp import web
 
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.triton import contract as c
-from gateway.triton.http import HttpStatusError, StreamError, TritonHttp, is_connection_failure
+from gateway.triton.http import (
+    HttpStatusError,
+    StreamError,
+    TransportError,
+    TritonHttp,
+    is_connection_failure,
+)
 from gateway.triton.tensors import build_json_request, json_request_fits, parse_json_response
 from tests.unit.gateway.triton.test_translation import (
     CURRENT,
@@ -159,6 +165,16 @@ class Scripted:
             # A reader far behind Triton: a thousand events already buffered, then nothing more.
             await response.write(b"".join(b'data: {"output_ids":%d}\n\n' % t for t in range(1000)))
             await self.released.wait()
+            return response
+        if model == "silent":
+            # A stream whose end Triton lost: one token, then nothing, the response never ended.
+            await response.write(b'data: {"output_ids":1}\n\n')
+            await self.released.wait()
+            return response
+        if model == "slow":
+            for token in range(6):
+                await response.write(b'data: {"output_ids":%d}\n\n' % token)
+                await asyncio.sleep(0.1)
             return response
         if model == "endless":
             try:
@@ -352,3 +368,32 @@ async def test_an_idle_connection_that_triton_closed_is_replaced_by_a_new_one() 
         await http.close()
         scripted.released.set()
         await runner.cleanup()
+
+
+async def test_a_started_stream_that_goes_silent_fails_after_the_idle_limit(served) -> None:
+    _, url = served
+    http = TritonHttp(url, timeout_s=5, stream_idle_s=0.3)
+    seen = []
+    started = asyncio.get_running_loop().time()
+    try:
+        with pytest.raises(TransportError, match=r"sent nothing on the stream for 0\.3 s"):
+            async for event in http.generate_stream("silent", {}):
+                seen.append(event)
+        failed_after = asyncio.get_running_loop().time() - started
+        assert http._idle == []  # the unfinished response's connection is closed, not reused
+    finally:
+        await http.close()
+    assert seen == [{"output_ids": 1}]
+    # The check runs every 0.3 s and needs one whole silent period: at most two periods.
+    assert 0.3 <= failed_after < 2.0
+
+
+async def test_a_stream_that_keeps_coming_outlives_the_idle_limit(served) -> None:
+    _, url = served
+    http = TritonHttp(url, timeout_s=5, stream_idle_s=0.25)
+    try:
+        # 0.6 s in all, an event every 0.1 s: every gap is well under the limit.
+        events = [e["output_ids"] async for e in http.generate_stream("slow", {})]
+    finally:
+        await http.close()
+    assert events == [0, 1, 2, 3, 4, 5]
