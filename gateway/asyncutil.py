@@ -1,10 +1,10 @@
-"""Small asyncio helpers shared by the core and the Triton adapter."""
+"""Small asyncio helpers shared by the core, the Triton adapter and the load generator."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
@@ -115,3 +115,26 @@ class Started(Generic[T]):
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await first
         await self._stream.aclose()
+
+
+class IdleWatch:
+    """Calls `on_idle` once `idle_s` pass with nothing done: one timer, re-armed each period while
+    `took_activity()` reports activity since its last call (and clears the mark), not a timer per
+    read, which would cost every streamed token. Cancel it when the watched work ends."""
+
+    def __init__(self, idle_s: float, took_activity: Callable[[], bool], on_idle: Callable[[], None]) -> None:
+        self._idle_s = idle_s
+        self._took_activity = took_activity
+        self._on_idle = on_idle
+        self._loop = asyncio.get_running_loop()
+        took_activity()  # what came before the watch started does not count
+        self._handle = self._loop.call_later(idle_s, self._check)
+
+    def _check(self) -> None:
+        if self._took_activity():
+            self._handle = self._loop.call_later(self._idle_s, self._check)
+        else:
+            self._on_idle()
+
+    def cancel(self) -> None:
+        self._handle.cancel()

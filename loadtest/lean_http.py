@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gateway.asyncutil import IdleWatch
+
 
 class _Connection(asyncio.Protocol):
     """One connection and the response being read on it."""
@@ -37,7 +39,7 @@ class _Connection(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self.error: BaseException | None = None
-        self.active = False  # a read arrived since the watchdog last looked
+        self.active = False  # a read arrived since the read timeout last looked
         self._waiter: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -71,6 +73,15 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     # ---- the reader's side
+    def take_activity(self) -> bool:
+        """Whether a read came since the last call (for the read timeout's IdleWatch)."""
+        active, self.active = self.active, False
+        return active
+
+    def timed_out(self, timeout: float) -> None:
+        if not self.complete and self.error is None:
+            self._fail(TimeoutError(f"no data from the server for {timeout:g} s"))
+
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = exc
@@ -141,30 +152,15 @@ class _Post:
         self._data = data
         self._headers = headers
         self._conn: _Connection | None = None
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog: IdleWatch | None = None
 
     async def __aenter__(self) -> LeanResponse:
         conn = self._conn = await self._session._send(self._url, self._data, self._headers)
-        self._arm(conn)
+        timeout = self._session.timeout
+        self._watchdog = IdleWatch(timeout, conn.take_activity, lambda: conn.timed_out(timeout))
         while not conn.headers_done:
             await conn.wait()
         return LeanResponse(conn)
-
-    def _arm(self, conn: _Connection) -> None:
-        timeout = self._session.timeout
-        loop = asyncio.get_running_loop()
-
-        def check() -> None:
-            if conn.complete or conn.error is not None:
-                return
-            if not conn.active:
-                conn._fail(TimeoutError(f"no data from the server for {timeout:g} s"))
-                return
-            conn.active = False
-            self._watchdog = loop.call_later(timeout, check)
-
-        conn.active = False
-        self._watchdog = loop.call_later(timeout, check)
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

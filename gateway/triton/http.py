@@ -29,6 +29,8 @@ from urllib.parse import quote, urlsplit
 import httptools
 import orjson
 
+from gateway.asyncutil import IdleWatch
+
 _SEPARATOR = b"\n\n"
 _DATA = b"data: "
 # Events buffered unread before the connection stops reading (Triton then waits on the socket,
@@ -73,7 +75,7 @@ class _Response(asyncio.Protocol):
         self.keep_alive = False
         self.lost = False
         self.received = False  # any byte of the current response
-        self.active = False  # a read since the stream's idle check last looked
+        self.active = False  # a read since the stream's IdleWatch last looked
         self.error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
@@ -150,6 +152,20 @@ class _Response(asyncio.Protocol):
         finally:
             self._waiter = None
 
+    def take_activity(self) -> bool:
+        """Whether a read came since the last call (for an IdleWatch)."""
+        active, self.active = self.active, False
+        return active
+
+    def stalled(self, idle_s: float) -> None:
+        """Nothing came for `idle_s`: the stream fails, and closing its connection (an unfinished
+        response) cancels the request in Triton."""
+        if self.complete or self.error is not None or self.lost:
+            return
+        self.error = TransportError(f"Triton sent nothing on the stream for {idle_s:g} s")
+        self.close()
+        self._wake()
+
     def start(self, request: bytes) -> None:
         self._parser = httptools.HttpResponseParser(self)
         self.events.clear()
@@ -176,33 +192,6 @@ class _Response(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
-
-
-class _IdleWatch:
-    """Fails a stream that has been silent for `idle_s`: one timer per stream, re-armed while reads
-    keep coming (the protocol marks each read), not a timer per read."""
-
-    def __init__(self, conn: _Response, idle_s: float) -> None:
-        self._conn = conn
-        self._idle_s = idle_s
-        self._loop = asyncio.get_running_loop()
-        conn.active = False
-        self._handle = self._loop.call_later(idle_s, self._check)
-
-    def _check(self) -> None:
-        conn = self._conn
-        if conn.complete or conn.error is not None or conn.lost:
-            return
-        if conn.active:
-            conn.active = False
-            self._handle = self._loop.call_later(self._idle_s, self._check)
-            return
-        conn.error = TransportError(f"Triton sent nothing on the stream for {self._idle_s:g} s")
-        conn.close()  # an unfinished response: Triton cancels the request
-        conn._wake()
-
-    def cancel(self) -> None:
-        self._handle.cancel()
 
 
 class TritonHttp:
@@ -279,7 +268,7 @@ class TritonHttp:
         Leaving the iteration early closes the connection, which cancels the request in Triton."""
         request = self._request(model, orjson.dumps(body), headers)
         conn: _Response | None = None
-        watchdog: _IdleWatch | None = None
+        watchdog: IdleWatch | None = None
         reusable = False
         try:
             conn = await self._open(request)
@@ -292,8 +281,8 @@ class TritonHttp:
                     raise conn.error
                 raise HttpStatusError(conn.status, _error_message(b"".join(conn.error_body)))
             events = conn.events
-            if self.stream_idle_s:
-                watchdog = _IdleWatch(conn, self.stream_idle_s)
+            if idle_s := self.stream_idle_s:
+                watchdog = IdleWatch(idle_s, conn.take_activity, lambda: conn.stalled(idle_s))
             while True:
                 if events:
                     # What came since the last look, as aiohttp's readany() gave it.
