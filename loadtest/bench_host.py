@@ -56,6 +56,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from deploy.devstack import TRITON_HTTP_SEND_BUFFER
 from loadtest import placement, procstat
 from loadtest.metrics import RequestRecord, RunSummary, summarize
 from loadtest.placement import CpuPlan, PlacementError, physical_cores, plan_cpus
@@ -109,9 +110,9 @@ class HostConfig:
     # The load generator's HTTP client: loadtest.lean_http on uvloop (cheap enough per token to
     # saturate eight workers from a few cores), or "aiohttp" on asyncio's loop (the runs before it).
     load_client: str = "lean"
-    # net.core.wmem_default while Triton starts (deploy.devstack.TRITON_HTTP_SEND_BUFFER; 0: leave
-    # it): below it Triton's HTTP frontend loses generate_stream responses at these rates.
-    triton_send_buffer: int = 32 * 2**20
+    # net.core.wmem_default while Triton starts (0: leave it): below it Triton's HTTP frontend loses
+    # generate_stream responses at these rates.
+    triton_send_buffer: int = TRITON_HTTP_SEND_BUFFER
     placement: str = "auto"  # disjoint cpus for workers, Triton and the load generator, or "off"
     loadgen_cpus: int = 0  # cpus for the load generator when placed (0: an eighth of the host's, >= 1)
     gateway_extra_args: tuple[str, ...] = ()
@@ -281,7 +282,6 @@ class HostStack:
     engine: str = "tensorrt_llm"
     ensemble: str = "ensemble"
     http_urls: tuple[str, ...] = ()  # each Triton's HTTP endpoint, in grpc_urls' order
-    send_buffer_applied: bool = False  # net.core.wmem_default was raised (or high) as Triton started
 
 
 @contextlib.contextmanager
@@ -325,7 +325,6 @@ def start_stack(cfg: HostConfig, workdir: Path) -> Iterator[HostStack]:
             triton_pids=tuple(s.pid for s in servers if s.pid is not None),
             ensemble=repo.ensemble,
             http_urls=tuple(s.http_url for s in servers),
-            send_buffer_applied=all(s.http_send_buffer_applied for s in servers),
         )
 
 
