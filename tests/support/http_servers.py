@@ -4,6 +4,9 @@ handler that reads one request and then answers in its own wrong (or plainly err
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
@@ -52,3 +55,23 @@ async def not_found(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
     )
     await writer.drain()
     writer.close()
+
+
+def keep_alive(response: bytes, heads: list[bytes]) -> Handler:
+    """A well-behaved server: answers every request on a connection with `response` until the client
+    closes it; `heads` gets an entry per connection, the head of its latest request."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = len(heads)
+        heads.append(b"")
+        try:
+            while True:
+                heads[index] = await read_request(reader)
+                writer.write(response)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return serve

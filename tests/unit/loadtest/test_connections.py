@@ -11,6 +11,7 @@ import pytest
 
 from loadtest import procstat
 from loadtest.target import http_session
+from tests.support.http_servers import keep_alive
 
 
 def test_connections_counts_the_established_connections_each_process_holds_on_a_port() -> None:
@@ -33,20 +34,8 @@ def test_connections_counts_the_established_connections_each_process_holds_on_a_
 
 
 async def _count_connections(fresh: bool, requests: int) -> int:
-    accepted = 0
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal accepted
-        accepted += 1
-        try:
-            while await reader.readuntil(b"\r\n\r\n"):
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
+    heads: list[bytes] = []
+    serve = keep_alive(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", heads)
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
@@ -57,7 +46,7 @@ async def _count_connections(fresh: bool, requests: int) -> int:
     finally:
         server.close()
         await server.wait_closed()
-    return accepted
+    return len(heads)  # one per connection accepted
 
 
 @pytest.mark.parametrize(("fresh", "expected"), [(False, 1), (True, 5)])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -20,15 +19,16 @@ from loadtest.openai_client import OpenAITarget
 from loadtest.workload import Prompt, Workload
 from tests.support.http_servers import (
     NOT_FOUND_MESSAGE,
+    Handler,
     cut_stream,
     hang_up,
+    keep_alive,
     never_answer,
     not_found,
     read_request,
 )
 from tests.support.waiting import wait_until
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 CLIENTS = ("aiohttp", "lean")
 
 
@@ -181,25 +181,14 @@ async def test_a_refused_connection_is_a_connect_error(client: str) -> None:
 async def test_keep_alive_reuses_one_connection_and_fresh_opens_one_per_request(
     fresh: bool, expected: int
 ) -> None:
-    accepted: list[bytes] = []
-    events = _completion_events(2)
-    body = b"".join(events)
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.append(b"")
-        try:
-            while True:
-                accepted[-1] = await read_request(reader)
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                    + b"content-length: %d\r\n\r\n" % len(body)
-                    + body
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    accepted: list[bytes] = []  # the latest request's head, per connection
+    body = b"".join(_completion_events(2))
+    serve = keep_alive(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        + b"content-length: %d\r\n\r\n" % len(body)
+        + body,
+        accepted,
+    )
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
