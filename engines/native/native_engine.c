@@ -877,9 +877,18 @@ static TRITONSERVER_Error* model_from_config(ModelState* state, const char* json
     return NULL;
 }
 
+/* Everything a model state holds, for a failed ModelInitialize and for ModelFinalize alike. */
+static void model_state_free(ModelState* state) {
+    metrics_delete(state);
+    pthread_mutex_destroy(&state->lock);
+    free(state->token_ids);
+    free(state);
+}
+
 TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
     ModelState* state = calloc(1, sizeof *state);
     if (state == NULL) return error_new(TRITONSERVER_ERROR_INTERNAL, "out of memory");
+    pthread_mutex_init(&state->lock, NULL);
     const char* name = "";
     TRITONSERVER_Message* message = NULL;
     const char* json;
@@ -895,12 +904,9 @@ TRITONSERVER_Error* TRITONBACKEND_ModelInitialize(TRITONBACKEND_Model* model) {
     if (err == NULL) err = metrics_create(state);
     if (err == NULL) err = TRITONBACKEND_ModelSetState(model, state);
     if (err != NULL) {
-        metrics_delete(state);
-        free(state->token_ids);
-        free(state);
+        model_state_free(state);
         return err;
     }
-    pthread_mutex_init(&state->lock, NULL);
     LOG_INFO(ENGINE_NAME " model %s: step_ms=%.3f, %zu token ids, exclude_input_in_output=%d", state->name,
              state->step_ns / 1e6, state->token_count, state->exclude_input_default);
     return NULL;
@@ -910,11 +916,7 @@ TRITONSERVER_Error* TRITONBACKEND_ModelFinalize(TRITONBACKEND_Model* model) {
     void* vstate;
     TRITONSERVER_Error* err = TRITONBACKEND_ModelState(model, &vstate);
     if (err != NULL) return err;
-    ModelState* state = vstate;
-    metrics_delete(state);
-    pthread_mutex_destroy(&state->lock);
-    free(state->token_ids);
-    free(state);
+    model_state_free(vstate);
     return NULL;
 }
 
