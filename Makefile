@@ -8,14 +8,14 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench bench-routing bench-host host-bundle native-engine soak claude-code codex clean
+.PHONY: install run test lint typecheck check docs docs-serve bench bench-routing bench-host host-bundle native-engine soak claude-code codex clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[engine,otel,loadtest,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[engine,otel,loadtest,dev,docs]'
 	touch $(STAMP)
 
 run: install
@@ -34,6 +34,16 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 check: lint typecheck
+
+# The documentation site (mkdocs.yml, docs/) into site/. Strict: a warning (a broken link, an
+# unknown anchor, a page the configuration names that is missing) fails the build. The reference
+# tables (settings, model keys, metrics) are generated from the code as the pages are built.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The site on http://127.0.0.1:8008, rebuilt as pages change.
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8008
 
 # ~16 min: 3 rounds, each level measured on every target back to back; cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
 bench: install
@@ -83,4 +93,4 @@ soak: install
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build site *.egg-info
