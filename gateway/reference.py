@@ -58,7 +58,9 @@ def settings_table() -> str:
 def _fields_table(model: type[Any], first: str) -> str:
     rows = [f"| {first} | default | what it is |", "|---|---|---|"]
     for name, field in model.model_fields.items():
-        default = "required" if field.is_required() else _default(field.get_default(call_default_factory=True))
+        default = (
+            "required" if field.is_required() else _default(field.get_default(call_default_factory=True))
+        )
         rows.append(f"| `{name}` | {default} | {_cell(field.description or '')} |")
     return "\n".join(rows)
 
@@ -134,9 +136,12 @@ REFUSED_FIELDS: dict[str, frozenset[str]] = {"responses": frozenset({"conversati
 
 def ignored_fields(api: str) -> list[str]:
     """The fields OpenAI defines for `api`'s request that the gateway accepts and does not use."""
-    from gateway.apis.chat_completions.protocol import OPENAI_FIELDS as CHAT, ChatCompletionRequest
-    from gateway.apis.completions.protocol import OPENAI_FIELDS as COMPLETIONS, CompletionRequest
-    from gateway.apis.responses.protocol import OPENAI_FIELDS as RESPONSES, CreateResponseRequest
+    from gateway.apis.chat_completions.protocol import OPENAI_FIELDS as CHAT
+    from gateway.apis.chat_completions.protocol import ChatCompletionRequest
+    from gateway.apis.completions.protocol import OPENAI_FIELDS as COMPLETIONS
+    from gateway.apis.completions.protocol import CompletionRequest
+    from gateway.apis.responses.protocol import OPENAI_FIELDS as RESPONSES
+    from gateway.apis.responses.protocol import CreateResponseRequest
 
     defined, request = {
         "chat": (CHAT, ChatCompletionRequest),
@@ -147,7 +152,9 @@ def ignored_fields(api: str) -> list[str]:
 
 
 def _ignored_list(api: str) -> Callable[[], str]:
-    return lambda: ", ".join(f"`{name}`" for name in ignored_fields(api)) + "." if ignored_fields(api) else "none."
+    return lambda: (
+        ", ".join(f"`{name}`" for name in ignored_fields(api)) + "." if ignored_fields(api) else "none."
+    )
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
