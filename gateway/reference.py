@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from gateway.config import FLAG_NAMES, KeyRateLimit, ServedModel, Settings, env_name, flag_name
 
 MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.M)
@@ -143,11 +145,12 @@ def ignored_fields(api: str) -> list[str]:
     from gateway.apis.responses.protocol import OPENAI_FIELDS as RESPONSES
     from gateway.apis.responses.protocol import CreateResponseRequest
 
-    defined, request = {
+    requests: dict[str, tuple[frozenset[str], type[BaseModel]]] = {
         "chat": (CHAT, ChatCompletionRequest),
         "completions": (COMPLETIONS, CompletionRequest),
         "responses": (RESPONSES, CreateResponseRequest),
-    }[api]
+    }
+    defined, request = requests[api]
     return sorted(defined - request.model_fields.keys() - REFUSED_FIELDS.get(api, frozenset()))
 
 
