@@ -293,7 +293,7 @@ class TritonAdapter:
         # nothing more, and there cancelling the call stops the request at once. A dropped ensemble
         # stream is ended by the `stop` request either way (Triton passes neither a cancelled call
         # nor a closed HTTP stream on to the composing models); 200 dropped streams drained as fast
-        # beside HTTP streams as beside gRPC ones (README, "Running against your own Triton").
+        # beside HTTP streams as beside gRPC ones (docs/bench/notes-2026-11-25.md, "Cancellation").
         over_http = streaming and json_request_fits(contract, request)
 
         # Ids that repeat the prompt are cut here; a text that does is cut by the serving layer.
