@@ -40,20 +40,14 @@ def _default(value: Any) -> str:
 
 
 def settings_table() -> str:
-    """Every setting: its flag, environment variable, YAML key, default and description."""
-    rows = [
-        "| flag | environment variable | YAML key | default | what it does |",
-        "|---|---|---|---|---|",
-    ]
+    """Every setting: its flag, environment variable and YAML key, its default and description."""
+    rows = ["| flag, environment variable, YAML key | default | what it does |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
-        yaml_key = "" if name == "config_file" else f"`{name}`"
-        if name == "models":
-            yaml_key += " (or `model`)"
+        names = [f"`{flag_name(name)}`", f"`{env_name(name)}`"]
+        if name != "config_file":
+            names.append(f"`{name}`" + (" (or `model`)" if name == "models" else ""))
         default = field.get_default(call_default_factory=True)
-        rows.append(
-            f"| `{flag_name(name)}` | `{env_name(name)}` | {yaml_key} | {_default(default)} "
-            f"| {_cell(field.description or '')} |"
-        )
+        rows.append(f"| {'<br>'.join(names)} | {_default(default)} | {_cell(field.description or '')} |")
     return "\n".join(rows)
 
 
