@@ -18,12 +18,18 @@ import threading
 from pathlib import Path
 
 from gateway.config import ServedModel, Settings
-from gateway.server import check_port_free, load_tokenizers, run_server
+from gateway.errors import ServerConfigError
+from gateway.server import StartupError, check_port_free, load_tokenizers, run_server
+from gateway.text.tokenizer import check_tokenizer_files
 
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 600
-DEV_DEFAULT_MAX_TOKENS = 64
+# The output limit of a request that sets none. The random tiny model ends a reply by itself after
+# about two thousand tokens on average (a few seconds on a CPU), so agents' turns end with the
+# model's own end of sequence; this only bounds the rare reply that runs on, and such a cut is
+# reported as one (finish_reason "length", status "incomplete", stop_reason "max_tokens").
+DEV_DEFAULT_MAX_TOKENS = 16384
 
 
 def _tiny_model_dir() -> Path:
@@ -99,8 +105,13 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def run_dev(settings: Settings, args: argparse.Namespace) -> None:
-    # Before Triton's start-up (many seconds): a taken port is one line at once.
+    # Before Triton's start-up (many seconds): a taken port or a wrong --model-dir is one line at once.
     check_port_free(settings.host, settings.port)
+    if args.model_dir:
+        try:
+            check_tokenizer_files(args.model_dir)
+        except ServerConfigError as exc:
+            raise StartupError(f"--model-dir: {exc.message}") from None
     model_dir = Path(args.model_dir) if args.model_dir else _tiny_model_dir()
     # uvicorn re-raises SIGTERM once it has shut down; with the default handler that would end
     # the process before `finally` stops the Triton stack.
@@ -113,11 +124,7 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             triton_model=ready["ensemble"],
             tool_parser=args.tool_parser,
             reasoning_parser=args.reasoning_parser,
-            # The random tiny model rarely ends by itself, and agents set no output limit.
             default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
-            # ... and a turn cut there still ends as completed: agents (Codex, the Agents SDK)
-            # treat an incomplete response as an error.
-            default_limit_status="completed",
         )
         settings = settings.model_copy(
             update={"models": [served], "triton_url": [ready["grpc"]], "triton_http_url": [ready["http"]]}
