@@ -32,6 +32,22 @@ class StartupError(Exception):
         self.code = code
 
 
+def check_before_loading(settings: Settings) -> None:
+    """What takes well under a second to check, before anything takes seconds (importing
+    transformers, loading tokenizers): a model is configured, its files are there, the port is free."""
+    from gateway.errors import ServerConfigError
+    from gateway.text.tokenizer import check_tokenizer_files
+
+    if not settings.models:
+        raise StartupError("no model configured (use --model name=NAME,tokenizer=DIR)")
+    for model in settings.models:
+        try:
+            check_tokenizer_files(model.tokenizer, model.chat_template)
+        except ServerConfigError as exc:
+            raise StartupError(f"model {model.name!r}: {exc.message}") from None
+    check_port_free(settings.host, settings.port)
+
+
 def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
     """Every model's tokenizer (and chat template), before the port is bound."""
     from gateway.errors import ServerConfigError
@@ -91,12 +107,15 @@ def run_server(
     tokenizers: dict[str, Tokenizer] | None = None,
     on_listening: Callable[[], None] | None = None,
 ) -> None:
+    if tokenizers is None:
+        check_before_loading(settings)
     import uvicorn
 
     from gateway.app import create_app
 
     if tokenizers is None:
         tokenizers = load_tokenizers(settings)
+    # Again: the port may have been taken while the tokenizers loaded.
     check_port_free(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     if settings.tracing:
