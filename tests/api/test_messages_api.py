@@ -305,7 +305,8 @@ async def test_malformed_json_and_wrong_content_type_are_anthropic_400s(make_cli
 
 async def test_unknown_model_is_not_found_error(make_client: MakeClient) -> None:
     client, _ = await make_client()
-    assert_error(await client.post("/v1/messages", json=body(model="claude-opus")), 404, "not_found_error")
+    r = await client.post("/v1/messages", json=body(model="claude-opus"))
+    assert_error(r, 404, "not_found_error", message="This server serves `tiny`.")
     r = await client.post("/v1/messages/count_tokens", json={"model": "nope", "messages": USER})
     assert_error(r, 404, "not_found_error")
 

@@ -3,11 +3,11 @@ setuptools warns about while it reads the project table, on every install."""
 
 from __future__ import annotations
 
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -31,4 +31,6 @@ def test_the_build_requires_a_setuptools_that_takes_an_spdx_license() -> None:
     build = tomllib.loads(PYPROJECT.read_text())["build-system"]["requires"]
     (setuptools,) = [Requirement(r) for r in build if Requirement(r).name == "setuptools"]
     # 77 is the first setuptools that reads `license` as an SPDX expression.
-    assert not setuptools.specifier.contains(Version("76.9")) and setuptools.specifier.contains(Version("77.0"))
+    assert not setuptools.specifier.contains(Version("76.9")) and setuptools.specifier.contains(
+        Version("77.0")
+    )
