@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from gateway.config import ServedModel, Settings
 from gateway.errors import ServerConfigError
+from gateway.invocation import gateway_command
 from gateway.server import StartupError, check_port_free, load_tokenizers, run_server
 from gateway.text.tokenizer import check_tokenizer_files
 
@@ -69,17 +72,46 @@ def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess
     timer.start()
     try:
         for line in child.stdout:
-            sys.stdout.write(line)
             if line.startswith("READY "):
                 ready = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
                 break
+            sys.stdout.write(line)
     finally:
         timer.cancel()
     if not ready:
         fail()
+    # The Triton stack's own READY line is for programs; the user's one ready line is the
+    # gateway's, once it serves: this one says what is still to come.
+    print(
+        f"gateway dev: Triton started (gRPC {ready['grpc']}, HTTP {ready['http']}, log {ready['log']}); "
+        "starting the gateway",
+        flush=True,
+    )
     # Keep draining the child's output so it never blocks on a full pipe.
     threading.Thread(target=lambda: [sys.stdout.write(line) for line in child.stdout], daemon=True).start()  # type: ignore[union-attr]
     return child, ready
+
+
+def ready_banner(
+    base: str, name: str, triton: dict[str, str], model_dir: Path, gateway: str, *, tiny: bool
+) -> str:
+    """The dev stack's one ready line, printed once the gateway serves, and what to try with it.
+    The commands in it run as printed from the directory `gateway dev` was started in; `tiny`:
+    the model is the random tiny model, whose text is said to be what it is."""
+    body = json.dumps({"model": name, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32})
+    return (
+        f"Ready: the gateway serves `{name}` at {base}/v1 (Triton gRPC {triton['grpc']}, "
+        f"HTTP {triton['http']}; tokenizer {model_dir}). Try:\n"
+        f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}\n"
+        f"  {gateway} check --triton-url {triton['grpc']} "
+        f"--model {shlex.quote(f'name={name},tokenizer={model_dir}')}"
+    ) + (
+        f"\n`{name}` is a random model: its replies are gibberish, often with U+FFFD where a token is "
+        "part of a UTF-8 character that the next token does not complete (the gateway decodes the "
+        "token ids exactly)."
+        if tiny
+        else ""
+    )
 
 
 def _die_with_parent() -> None:
@@ -131,20 +163,9 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
         )
         tokenizers = load_tokenizers(settings)
         base = f"http://{settings.host}:{settings.port}"
-
-        def announce() -> None:
-            print(
-                f"gateway: serving `{served.name}` on {base}/v1 (Triton gRPC {ready['grpc']}, "
-                f"HTTP {ready['http']}, "
-                f"tokenizer {model_dir}). Try:\n"
-                f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
-                f'-d \'{{"model": "{served.name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
-                f'"max_tokens": 32}}\'\n'
-                f"  gateway check --triton-url {ready['grpc']} "
-                f"--model name={served.name},tokenizer={model_dir}",
-                flush=True,
-            )
-
-        run_server(settings, tokenizers=tokenizers, on_listening=announce)
+        banner = ready_banner(
+            base, served.name, ready, model_dir, gateway_command(), tiny=args.model_dir is None
+        )
+        run_server(settings, tokenizers=tokenizers, on_ready=lambda: print(banner, flush=True))
     finally:
         _stop(child)

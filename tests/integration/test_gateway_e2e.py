@@ -329,4 +329,4 @@ def test_the_gateway_logs_the_same_summary_at_start_up(triton_stack: TritonStack
         ["--triton-url", triton_stack.grpc_url, "--model", spec, "--log-level", "info"]
     ) as gw:
         log = gw.log_text()
-    assert "models ready" in log and "tiny-legacy" in log and "legacy" in log
+    assert "what each model supports" in log and "tiny-legacy" in log and "legacy" in log
