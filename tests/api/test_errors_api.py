@@ -125,6 +125,14 @@ async def test_the_access_line_of_an_error_names_its_type_and_code(
     ]
     # The text line shows it: `... status=404 error=invalid_request_error/model_not_found ...`.
     assert "error=invalid_request_error/model_not_found" in TextFormatter().format(lines[0])
+    # A refusal before any route (a missing API key) too.
+    caplog.clear()
+    locked, _ = await make_client(settings={"api_keys": ["sk-right"]})
+    assert (
+        await locked.post("/v1/chat/completions", json={"model": "tiny", "messages": USER})
+    ).status_code == 401
+    (line,) = [rec for rec in caplog.records if rec.name == "gateway.access"]
+    assert line.fields["error"] == "invalid_request_error/invalid_api_key"  # type: ignore[attr-defined]
 
 
 async def test_over_long_prompt_is_context_length_exceeded_naming_messages_or_prompt(
