@@ -372,7 +372,7 @@ class TritonServer:
                 self.http_send_buffer_applied, self._holds_send_buffers = in_force, held
                 if held:
                     logger.info(
-                        "net.core.wmem_default at %d while tritonserver starts (back once it is ready)",
+                        "net.core.wmem_default at %d while tritonserver starts (restored once it is up)",
                         self._http_send_buffer,
                     )
                 if not self.http_send_buffer_applied:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from gateway.config import ConfigFileError, ServedModel, Settings, describe, env_name, flag_name
+from gateway.invocation import gateway_command
 from gateway.server import StartupError, run_server
 from gateway.text.reasoning.registry import MODEL_FORMATS as REASONING_FORMATS
 from gateway.text.tool_calls.registry import MODEL_FORMATS
@@ -41,7 +42,9 @@ DEV_SKIPS = ("models", "triton_url", "triton_http_url")
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, not the whole usage block above it.
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        # The hint is a command to run: written as this installation's `gateway` runs.
+        command = self.prog.replace("gateway", gateway_command(), 1)
+        self.exit(2, f"{self.prog}: error: {message} (see `{command} --help`)\n")
 
 
 def _add_settings_flags(

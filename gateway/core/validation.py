@@ -188,8 +188,13 @@ def prompt_budget(
     param: str,
     prompt_param: str,
     limits: RequestLimits,
+    ceiling: int | None = None,
 ) -> tuple[list[int] | None, int]:
     """The prompt's token ids and the request's max_tokens, checked against every limit.
+
+    `ceiling` is a limit the client set that caps what is left of the context instead of having
+    to fit in it (Anthropic's `max_tokens`); with one, the model's default output limit does not
+    apply, since the client did set a limit.
 
     Encoding a prompt is a good part of the gateway's time before the engine request goes out.
     When the engine does not need the ids and an upper bound on their count already proves every
@@ -218,15 +223,17 @@ def prompt_budget(
             except InvalidRequestError:
                 pass  # Near a limit, or over it: the exact count decides, and names it.
             else:
-                return None, _default_limit(runtime, requested, budget)
+                return None, _default_limit(runtime, requested, budget, ceiling)
     ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
     budget = resolve_max_tokens(
         requested, len(ids), runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
     )
-    return ids, _default_limit(runtime, requested, budget)
+    return ids, _default_limit(runtime, requested, budget, ceiling)
 
 
-def _default_limit(runtime: ModelRuntime, requested: int | None, budget: int) -> int:
+def _default_limit(runtime: ModelRuntime, requested: int | None, budget: int, ceiling: int | None) -> int:
+    if ceiling is not None:
+        return min(budget, ceiling)
     # The model's own default output limit, for clients that set none: what is left of a long
     # context would let a model that never ends by itself run for minutes.
     default = runtime.config.default_max_tokens

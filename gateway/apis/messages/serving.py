@@ -158,10 +158,15 @@ class MessagesService(GenerationService):
                 prompt_param="messages",
                 limits=limits,
             )
-        ids, room = v.prompt_budget(
-            runtime, prompt, requested=None, param="max_tokens", prompt_param="messages", limits=limits
+        return v.prompt_budget(
+            runtime,
+            prompt,
+            requested=None,
+            param="max_tokens",
+            prompt_param="messages",
+            limits=limits,
+            ceiling=requested,
         )
-        return ids, min(requested, room)
 
     async def count_tokens(self, body: MessageCountTokensRequest) -> MessageTokensCount:
         runtime = self._registry.get(body.model)
