@@ -153,7 +153,8 @@ def logit_bias_pairs(
         return ()
     if not supported:
         raise UnsupportedParameterError(
-            "logit_bias needs the engine's embedding_bias input: serve this model with route=engine",
+            "this model cannot apply logit_bias: it needs a TensorRT-LLM engine model's embedding_bias input "
+            "(the C++ repository served with route=engine)",
             param="logit_bias",
         )
     out = []
