@@ -4,7 +4,8 @@ Backend ``native`` renders the ``tensorrt_llm`` model alone, served by the nativ
 token clock in C, ``engines/native/``), for the gateway's engine route.
 
 ``python -m deploy.model_repo render --backend {cpu,tensorrtllm,native} --variant {current,legacy} --out DIR
---set key=value ...`` and ``python -m deploy.model_repo variables``. Every rendered ``config.pbtxt`` is
+--set key=value ...`` and ``python -m deploy.model_repo variables``; ``python -m deploy.model_repo render-llmapi
+--model HF_MODEL --out DIR ...`` renders a repository for TensorRT-LLM's llmapi Python model instead. Every rendered ``config.pbtxt`` is
 parsed into Triton's ``ModelConfig`` protobuf and the ensemble wiring is checked before anything is
 moved into place.
 """
@@ -954,12 +955,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     render.add_argument("--out", required=True, type=Path, help="repository directory to create")
     render.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE")
     render.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out")
+    llmapi = sub.add_parser(
+        "render-llmapi",
+        help="render a repository for TensorRT-LLM's llmapi model (config.pbtxt and model.yaml)",
+    )
+    llmapi.add_argument("--model", required=True, help="Hugging Face model id or local directory (model.yaml's model)")
+    llmapi.add_argument("--out", required=True, type=Path, help="repository directory to create")
+    llmapi.add_argument("--name", default="tensorrt_llm", help="the model's name in Triton (default: tensorrt_llm)")
+    llmapi.add_argument("--profile", choices=LLMAPI_PROFILES, default="current", help="config.pbtxt of main or 1.2.x")
+    llmapi.add_argument("--decoupled", action=argparse.BooleanOptionalAction, default=True, help="stream (default: on)")
+    llmapi.add_argument("--backend", default="pytorch", help="the LLM API backend (default: pytorch)")
+    llmapi.add_argument("--tensor-parallel-size", type=int, default=1)
+    llmapi.add_argument("--pipeline-parallel-size", type=int, default=1)
+    llmapi.add_argument("--max-batch-size", type=int, default=64, help="the LLM API's batch limit (default: 64)")
+    llmapi.add_argument("--kv-cache-reuse", action=argparse.BooleanOptionalAction, default=True)
+    llmapi.add_argument("--free-gpu-memory-fraction", type=float, default=0.9)
+    llmapi.add_argument(
+        "--upstream",
+        type=Path,
+        default=None,
+        help="upstream's llmapi/tensorrt_llm directory: its files are copied unchanged (else 1/ gets "
+        "model.yaml alone)",
+    )
+    llmapi.add_argument("--stand-in", action="store_true", help="the CPU stand-in instead of upstream's model.py")
+    llmapi.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out")
     listing = sub.add_parser("variables", help="list template variables with defaults and descriptions")
     listing.add_argument("--backend", choices=BACKENDS, default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.command == "variables":
         sys.stdout.write(_variables_table(args.backend))
+        return 0
+    if args.command == "render-llmapi":
+        settings = LlmapiSettings(
+            model=args.model,
+            name=args.name,
+            profile=args.profile,
+            decoupled=args.decoupled,
+            backend=args.backend,
+            tensor_parallel_size=args.tensor_parallel_size,
+            pipeline_parallel_size=args.pipeline_parallel_size,
+            max_batch_size=args.max_batch_size,
+            enable_kv_cache_reuse=args.kv_cache_reuse,
+            free_gpu_memory_fraction=args.free_gpu_memory_fraction,
+            stand_in=args.stand_in,
+        )
+        try:
+            out = render_llmapi_repository(args.out, settings, upstream=args.upstream, overwrite=args.overwrite)
+        except ModelRepoError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+        sys.stdout.write(f"{out}\n")
         return 0
     try:
         out = render_repository(
