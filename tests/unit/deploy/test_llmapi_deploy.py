@@ -154,3 +154,27 @@ def test_the_triton_image_carries_the_llmapi_launcher() -> None:
     dockerfile = (REPO / "deploy" / "triton.Dockerfile").read_text()
     assert "deploy/launch_llmapi.sh" in dockerfile
     assert "!deploy/launch_llmapi.sh" in (REPO / "deploy" / "triton.Dockerfile.dockerignore").read_text()
+
+
+def test_the_kubernetes_overlay_renders_the_llmapi_repository_and_serves_it() -> None:
+    from tests.unit.deploy.test_k8s import KUBERNETES_VERSIONS, build, container, one, validate
+
+    docs = build(REPO / "deploy" / "k8s" / "overlays" / "llmapi")
+    for doc in docs:
+        validate(doc, KUBERNETES_VERSIONS[-1])
+    job = one(docs, "Job", "engine-build")
+    render = " ".join(container(job, "build")["args"])
+    assert "render-llmapi" in render and '--upstream "$LLMAPI_UPSTREAM_DIR"' in render
+    assert "nvidia.com/gpu" not in container(job, "build")["resources"]["limits"]
+    triton = one(docs, "StatefulSet", "triton")
+    assert container(triton, "triton")["args"] == ["launch_llmapi.sh", "--model-repo", "/store/model_repo"]
+    config = one(docs, "ConfigMap", "engine-config")["data"]
+    # Every variable the Job's command reads is in the ConfigMap it loads.
+    for name in ("HF_MODEL_ID", "HF_MODEL_DIR", "MODEL_REPO_DIR", "LLMAPI_MODEL_NAME", "LLMAPI_PROFILE",
+                 "TP_SIZE", "PP_SIZE", "MAX_BATCH_SIZE", "LLMAPI_UPSTREAM_DIR"):  # fmt: skip
+        assert name in config and f"${name}" in render.replace('"', ""), name
+    from gateway.config import Settings
+
+    gateway = yaml.safe_load(one(docs, "ConfigMap", "gateway-config")["data"]["config.yaml"])
+    (model,) = Settings(**gateway).models
+    assert (model.triton_model, model.route) == ("tensorrt_llm", "auto")
