@@ -4,10 +4,12 @@ Backend ``native`` renders the ``tensorrt_llm`` model alone, served by the nativ
 token clock in C, ``engines/native/``), for the gateway's engine route.
 
 ``python -m deploy.model_repo render --backend {cpu,tensorrtllm,native} --variant {current,legacy} --out DIR
---set key=value ...`` and ``python -m deploy.model_repo variables``; ``python -m deploy.model_repo render-llmapi
---model HF_MODEL --out DIR ...`` renders a repository for TensorRT-LLM's llmapi Python model instead. Every rendered ``config.pbtxt`` is
+--set key=value ...`` and ``python -m deploy.model_repo variables``. Every rendered ``config.pbtxt`` is
 parsed into Triton's ``ModelConfig`` protobuf and the ensemble wiring is checked before anything is
 moved into place.
+
+``python -m deploy.model_repo render-llmapi --model HF_MODEL --out DIR ...`` renders a repository for
+TensorRT-LLM's llmapi Python model instead (config.pbtxt and model.yaml).
 """
 
 from __future__ import annotations
@@ -847,8 +849,9 @@ class LlmapiSettings:
             data["cpu_stand_in"] = {"profile": self.profile, "engine_threads": 1}
         import yaml
 
-        return "# The LLM API's arguments (tensorrt_llm.LLM) and Triton's (triton_config).\n" + yaml.safe_dump(
-            data, sort_keys=False
+        return (
+            "# The LLM API's arguments (tensorrt_llm.LLM) and Triton's (triton_config).\n"
+            + yaml.safe_dump(data, sort_keys=False)
         )
 
 
@@ -864,7 +867,11 @@ def render_llmapi_repository(
         raise ModelRepoError(f"profile must be one of {', '.join(LLMAPI_PROFILES)}, got {settings.profile!r}")
     if not _MODEL_NAME.match(settings.name):
         raise ModelRepoError(f"model name {settings.name!r} must be letters, digits, '_', '.' or '-'")
-    if settings.tensor_parallel_size < 1 or settings.pipeline_parallel_size < 1 or settings.max_batch_size < 1:
+    if (
+        settings.tensor_parallel_size < 1
+        or settings.pipeline_parallel_size < 1
+        or settings.max_batch_size < 1
+    ):
         raise ModelRepoError("tensor_parallel_size, pipeline_parallel_size and max_batch_size must be >= 1")
     if settings.stand_in and upstream is not None:
         raise ModelRepoError("the stand-in and upstream's model files exclude each other")
@@ -884,7 +891,11 @@ def render_llmapi_repository(
             # Renamed only when asked for another name; everything else stays upstream's.
             if config.name != settings.name:
                 text = re.sub(
-                    r'^name:\s*"[^"]*"', f'name: "{settings.name}"', config_file.read_text(), count=1, flags=re.M
+                    r'^name:\s*"[^"]*"',
+                    f'name: "{settings.name}"',
+                    config_file.read_text(),
+                    count=1,
+                    flags=re.M,
                 )
                 config_file.write_text(text)
         else:
@@ -895,7 +906,9 @@ def render_llmapi_repository(
             (model_dir / "config.pbtxt").write_text(text)
             if settings.stand_in:
                 shutil.copyfile(LLMAPI_TEMPLATE / "1" / "model.py", model_dir / "1" / "model.py")
-                shutil.copyfile(TEMPLATES_DIR / "tensorrt_llm" / "1" / "engine.py", model_dir / "1" / "engine.py")
+                shutil.copyfile(
+                    TEMPLATES_DIR / "tensorrt_llm" / "1" / "engine.py", model_dir / "1" / "engine.py"
+                )
         (model_dir / "1").mkdir(exist_ok=True)
         (model_dir / "1" / "model.yaml").write_text(settings.model_yaml())
         load_model_configs(staging)
@@ -959,15 +972,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "render-llmapi",
         help="render a repository for TensorRT-LLM's llmapi model (config.pbtxt and model.yaml)",
     )
-    llmapi.add_argument("--model", required=True, help="Hugging Face model id or local directory (model.yaml's model)")
+    llmapi.add_argument(
+        "--model", required=True, help="Hugging Face model id or local directory (model.yaml's model)"
+    )
     llmapi.add_argument("--out", required=True, type=Path, help="repository directory to create")
-    llmapi.add_argument("--name", default="tensorrt_llm", help="the model's name in Triton (default: tensorrt_llm)")
-    llmapi.add_argument("--profile", choices=LLMAPI_PROFILES, default="current", help="config.pbtxt of main or 1.2.x")
-    llmapi.add_argument("--decoupled", action=argparse.BooleanOptionalAction, default=True, help="stream (default: on)")
+    llmapi.add_argument(
+        "--name", default="tensorrt_llm", help="the model's name in Triton (default: tensorrt_llm)"
+    )
+    llmapi.add_argument(
+        "--profile", choices=LLMAPI_PROFILES, default="current", help="config.pbtxt of main or 1.2.x"
+    )
+    llmapi.add_argument(
+        "--decoupled", action=argparse.BooleanOptionalAction, default=True, help="stream (default: on)"
+    )
     llmapi.add_argument("--backend", default="pytorch", help="the LLM API backend (default: pytorch)")
     llmapi.add_argument("--tensor-parallel-size", type=int, default=1)
     llmapi.add_argument("--pipeline-parallel-size", type=int, default=1)
-    llmapi.add_argument("--max-batch-size", type=int, default=64, help="the LLM API's batch limit (default: 64)")
+    llmapi.add_argument(
+        "--max-batch-size", type=int, default=64, help="the LLM API's batch limit (default: 64)"
+    )
     llmapi.add_argument("--kv-cache-reuse", action=argparse.BooleanOptionalAction, default=True)
     llmapi.add_argument("--free-gpu-memory-fraction", type=float, default=0.9)
     llmapi.add_argument(
@@ -977,7 +1000,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="upstream's llmapi/tensorrt_llm directory: its files are copied unchanged (else 1/ gets "
         "model.yaml alone)",
     )
-    llmapi.add_argument("--stand-in", action="store_true", help="the CPU stand-in instead of upstream's model.py")
+    llmapi.add_argument(
+        "--stand-in", action="store_true", help="the CPU stand-in instead of upstream's model.py"
+    )
     llmapi.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out")
     listing = sub.add_parser("variables", help="list template variables with defaults and descriptions")
     listing.add_argument("--backend", choices=BACKENDS, default=None)
@@ -1001,7 +1026,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             stand_in=args.stand_in,
         )
         try:
-            out = render_llmapi_repository(args.out, settings, upstream=args.upstream, overwrite=args.overwrite)
+            out = render_llmapi_repository(
+                args.out, settings, upstream=args.upstream, overwrite=args.overwrite
+            )
         except ModelRepoError as exc:
             sys.stderr.write(f"error: {exc}\n")
             return 2

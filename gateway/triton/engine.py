@@ -498,4 +498,3 @@ class _Failover(Exception):
         super().__init__(reason)
         self.reason = reason
         self.error = error
-

@@ -56,7 +56,9 @@ _TOO_LONG = re.compile(
 
 # The SamplingParams fields (gateway.engine) this contract has inputs for; the request's stop
 # strings are matched by the gateway, and max tokens always sent.
-SAMPLING = frozenset({"max_tokens", "temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty"})
+SAMPLING = frozenset(
+    {"max_tokens", "temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty"}
+)
 
 _DTYPES = {
     mc.TYPE_BOOL: "BOOL",
@@ -192,9 +194,7 @@ def _strings(out: service_pb2.ModelInferRequest, name: str, values: list[str]) -
     out.raw_input_contents.append(b"".join(_U32.pack(len(e)) + e for e in encoded))
 
 
-def input_values(
-    contract: LlmapiContract, request: GenerationRequest, *, seed: int | None
-) -> dict[str, Any]:
+def input_values(contract: LlmapiContract, request: GenerationRequest, *, seed: int | None) -> dict[str, Any]:
     """The scalar inputs of one request, by input name (only those the model declares): OpenAI's
     sampling defaults and what the LLM API's defaults get wrong, always explicit. The one place a
     GenerationRequest becomes llmapi inputs (LoRA and images belong here too)."""

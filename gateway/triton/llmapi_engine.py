@@ -176,9 +176,7 @@ class LlmapiAdapter:
                     if last:
                         delta += text.finish()
                     if delta or parsed.finish_reason is not None:
-                        yield GenerationDelta(
-                            index=index, text=delta, finish_reason=parsed.finish_reason
-                        )
+                        yield GenerationDelta(index=index, text=delta, finish_reason=parsed.finish_reason)
                     if last:
                         finished = True
                         break

@@ -36,12 +36,16 @@ async def test_the_bos_a_chat_template_writes_is_left_to_the_engine(
     assert r.json()["usage"]["prompt_tokens"] == len(tok.encode("hi\n", add_special_tokens=True))
 
 
-async def test_completion_tokens_are_counted_from_the_text(make_client: MakeClient, tiny_bpe_dir: Path) -> None:
-    client, engine = await make_client(**LLMAPI)
+async def test_completion_tokens_are_counted_from_the_text(
+    make_client: MakeClient, tiny_bpe_dir: Path
+) -> None:
+    client, _engine = await make_client(**LLMAPI)
     r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 64})
     assert r.status_code == 200, r.text
     text = r.json()["choices"][0]["text"]
-    assert r.json()["usage"]["completion_tokens"] == len(Tokenizer(tiny_bpe_dir).encode(text, add_special_tokens=False))
+    assert r.json()["usage"]["completion_tokens"] == len(
+        Tokenizer(tiny_bpe_dir).encode(text, add_special_tokens=False)
+    )
 
 
 @pytest.mark.parametrize(

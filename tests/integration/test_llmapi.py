@@ -87,7 +87,11 @@ def test_chat_completions_stream_the_text_the_model_generates(
     expected = stand_in_text(triton_stack, m, chat_prompt(m))
     whole = sdk.chat.completions.create(model=key, messages=USER, **GREEDY)  # type: ignore[arg-type]
     stream = sdk.chat.completions.create(
-        model=key, messages=USER, stream=True, stream_options={"include_usage": True}, **GREEDY  # type: ignore[arg-type]
+        model=key,
+        messages=USER,
+        stream=True,
+        stream_options={"include_usage": True},
+        **GREEDY,  # type: ignore[arg-type]
     )
     chunks = list(stream)
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -115,7 +119,12 @@ def test_completions_stop_strings_cut_the_text_exactly(
         if stream:
             chunks = list(
                 sdk.completions.create(
-                    model=key, prompt="Once upon a time", stop=[stop], stream=True, temperature=0, max_tokens=24
+                    model=key,
+                    prompt="Once upon a time",
+                    stop=[stop],
+                    stream=True,
+                    temperature=0,
+                    max_tokens=24,
                 )
             )
             text = "".join(c.choices[0].text for c in chunks if c.choices)
@@ -143,8 +152,12 @@ def test_messages_and_responses_over_the_llmapi_model(
     m = triton_stack.llmapi[key]
     expected = stand_in_text(triton_stack, m, chat_prompt(m), 16)
     with anthropic.Anthropic(base_url=gateway.base_url, api_key="unused", max_retries=0) as client:
-        message = client.messages.create(model=key, messages=USER, max_tokens=16, extra_body={"temperature": 0})  # type: ignore[arg-type]
-        with client.messages.stream(model=key, messages=USER, max_tokens=16, extra_body={"temperature": 0}) as stream:  # type: ignore[arg-type]
+        message = client.messages.create(
+            model=key, messages=USER, max_tokens=16, extra_body={"temperature": 0}
+        )  # type: ignore[arg-type]
+        with client.messages.stream(
+            model=key, messages=USER, max_tokens=16, extra_body={"temperature": 0}
+        ) as stream:  # type: ignore[arg-type]
             streamed = "".join(stream.text_stream)
     assert message.content[0].text == streamed == expected  # type: ignore[union-attr]
     assert message.stop_reason == "max_tokens" and message.usage.output_tokens == 16
@@ -161,7 +174,11 @@ def test_langchain_chat_openai_over_the_llmapi_model(gateway: GatewayProcess) ->
     from langchain_openai import ChatOpenAI
 
     chat = ChatOpenAI(
-        model="llmapi_current", base_url=gateway.base_url + "/v1", api_key="unused", temperature=0, max_tokens=8
+        model="llmapi_current",
+        base_url=gateway.base_url + "/v1",
+        api_key="unused",
+        temperature=0,
+        max_tokens=8,
     )  # type: ignore[call-arg]
     whole = chat.invoke("Hello")
     streamed = "".join(str(chunk.content) for chunk in chat.stream("Hello"))

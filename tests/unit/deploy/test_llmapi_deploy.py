@@ -59,7 +59,8 @@ def test_rendering_comes_first_with_the_model_yaml_settings() -> None:
 
 def test_several_nodes_run_under_srun_with_pmix_and_trtllm_llmapi_launch() -> None:
     (server,) = dry_run(
-        "--model-repo", "/repo", "--tp", "16", "--slurm", "--nodes", "2", "--srun-arg", "--container-image=img",
+        "--model-repo", "/repo", "--tp", "16", "--slurm", "--nodes", "2",
+        "--srun-arg", "--container-image=img",
     )  # fmt: skip
     assert server[:5] == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks-per-node=8", "--container-image=img"]
     assert server[5:7] == ["trtllm-llmapi-launch", TRITONSERVER]
@@ -89,9 +90,22 @@ def test_the_renderer_cli_writes_model_yaml_and_upstreams_interface(tmp_path: Pa
     out = tmp_path / "repo"
     done = subprocess.run(
         [
-            sys.executable, "-m", "deploy.model_repo", "render-llmapi", "--model", "org/model", "--out", str(out),
-            "--tensor-parallel-size", "2", "--max-batch-size", "8", "--no-decoupled", "--profile", "v1.2",
-        ],  # fmt: skip
+            sys.executable,
+            "-m",
+            "deploy.model_repo",
+            "render-llmapi",
+            "--model",
+            "org/model",
+            "--out",
+            str(out),
+            "--tensor-parallel-size",
+            "2",
+            "--max-batch-size",
+            "8",
+            "--no-decoupled",
+            "--profile",
+            "v1.2",
+        ],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -119,8 +133,8 @@ def test_upstreams_files_are_copied_unchanged(tmp_path: Path) -> None:
     (upstream / "1" / "model.yaml").write_text("model: placeholder\n")
     out = tmp_path / "repo"
     done = subprocess.run(
-        [sys.executable, "-m", "deploy.model_repo", "render-llmapi", "--model", "org/model", "--out", str(out),
-         "--upstream", str(upstream)],
+        [sys.executable, "-m", "deploy.model_repo", "render-llmapi", "--model", "org/model",
+         "--out", str(out), "--upstream", str(upstream)],
         capture_output=True, text=True, cwd=REPO, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

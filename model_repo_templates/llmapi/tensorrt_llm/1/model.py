@@ -337,7 +337,9 @@ class TritonPythonModel:
             text = state.prompt + text
         outputs = [pb_utils.Tensor("text_output", np.asarray([text.encode("utf-8")], dtype=np.object_))]
         if state.return_finish_reason:
-            outputs.append(pb_utils.Tensor("finish_reason", np.asarray([str(finish_reason)], dtype=np.object_)))
+            outputs.append(
+                pb_utils.Tensor("finish_reason", np.asarray([str(finish_reason)], dtype=np.object_))
+            )
         if state.return_stop_reason:
             stop_reason = state.stop_reason if final else None
             outputs.append(pb_utils.Tensor("stop_reason", np.asarray([str(stop_reason)], dtype=np.object_)))

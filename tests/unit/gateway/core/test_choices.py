@@ -196,8 +196,8 @@ def _text_choice(tok: Tokenizer, *, stops: tuple[str, ...] = (), max_tokens: int
 
 def test_a_text_engines_finish_reason_is_taken_and_its_text_counted_again(tok: Tokenizer) -> None:
     choice = _text_choice(tok)
-    assert choice.feed(GenerationDelta(0, text="Hello ".encode())) == "Hello "
-    assert choice.feed(GenerationDelta(0, text="world".encode(), finish_reason="stop")) == "world"
+    assert choice.feed(GenerationDelta(0, text=b"Hello ")) == "Hello "
+    assert choice.feed(GenerationDelta(0, text=b"world", finish_reason="stop")) == "world"
     assert choice.finish() == ""
     assert choice.finish_reason == "stop"
     assert choice.completion_tokens == len(tok.encode("Hello world", add_special_tokens=False))
@@ -205,13 +205,13 @@ def test_a_text_engines_finish_reason_is_taken_and_its_text_counted_again(tok: T
 
 def test_a_length_finish_counts_exactly_max_tokens(tok: Tokenizer) -> None:
     choice = _text_choice(tok, max_tokens=3)
-    choice.feed(GenerationDelta(0, text="a b c d e".encode(), finish_reason="length"))
+    choice.feed(GenerationDelta(0, text=b"a b c d e", finish_reason="length"))
     choice.finish()
     assert (choice.finish_reason, choice.completion_tokens) == ("length", 3)
 
 
 def test_a_stop_string_counts_the_text_generated_up_to_where_it_stopped(tok: Tokenizer) -> None:
     choice = _text_choice(tok, stops=("STOP",))
-    assert choice.feed(GenerationDelta(0, text="one two STOP three".encode())) == "one two "
+    assert choice.feed(GenerationDelta(0, text=b"one two STOP three")) == "one two "
     assert choice.finish_reason == "stop"
     assert choice.completion_tokens == len(tok.encode("one two STOP three", add_special_tokens=False))

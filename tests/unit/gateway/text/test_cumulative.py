@@ -18,13 +18,13 @@ def feed(texts: list[str]) -> str:
 
 @given(st.text(), st.lists(st.integers(min_value=0, max_value=200)))
 def test_any_growth_of_the_same_text_gives_that_text(text: str, cuts: list[int]) -> None:
-    steps = sorted(min(c, len(text)) for c in cuts) + [len(text)]
+    steps = [*sorted(min(c, len(text)) for c in cuts), len(text)]
     assert feed([text[:n] for n in steps]) == text
 
 
 def test_a_server_that_answers_a_stream_in_one_piece_is_one_delta() -> None:
     adapter = CumulativeText()
-    assert adapter.push("the whole answer".encode()) == b"the whole answer"
+    assert adapter.push(b"the whole answer") == b"the whole answer"
     assert adapter.finish() == b""
 
 

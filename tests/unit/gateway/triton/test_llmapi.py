@@ -147,7 +147,10 @@ def test_temperature_zero_is_greedy() -> None:
 
 def _response(text: bytes | None, reason: str | None, *, final: bool) -> service_pb2.ModelInferResponse:
     out = service_pb2.ModelInferResponse()
-    for name, value in (("text_output", text), ("finish_reason", None if reason is None else reason.encode())):
+    for name, value in (
+        ("text_output", text),
+        ("finish_reason", None if reason is None else reason.encode()),
+    ):
         if value is not None:
             out.outputs.add(name=name, datatype="BYTES", shape=[1])
             out.raw_output_contents.append(struct.pack("<I", len(value)) + value)
