@@ -60,3 +60,18 @@ async def test_a_sampling_parameter_the_engine_lacks_is_a_400_naming_it(
     r = await client.post("/v1/completions", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == field and engine.requests == []
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+async def test_a_forced_tool_choice_without_guided_decoding_is_a_400(
+    make_client: MakeClient, choice: object
+) -> None:
+    # A tool parser reads the reply, but only guided decoding could make the reply a call.
+    client, engine = await make_client(model={"tool_parser": "hermes"}, **LLMAPI)
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    body = {"model": "tiny", "messages": USER, "tools": [tool], "tool_choice": choice, "max_tokens": 4}
+    r = await client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "tool_choice" and engine.requests == []
+    auto = await client.post("/v1/chat/completions", json={**body, "tool_choice": "auto"})
+    assert auto.status_code == 200, auto.text
