@@ -330,3 +330,14 @@ def test_a_stop_request_cancels_the_request_with_its_id(triton_stack: TritonStac
     # The current model.py completes a stopped request, well before its 400 tokens.
     assert responses[-1].final and responses[-1].outputs["finish_reason"][0] == b"cancelled"
     assert len(responses) < 400
+
+
+def test_a_repeated_prompt_reports_its_cached_tokens(sdk: openai.OpenAI) -> None:
+    # The stand-in's config tells the block size (tokens_per_block); its KV cache reuses blocks.
+    messages = [{"role": "user", "content": "A long shared system prompt about the weather. " * 4}]
+    first = sdk.chat.completions.create(model="llmapi_current", messages=messages, max_tokens=2)  # type: ignore[arg-type]
+    again = sdk.chat.completions.create(model="llmapi_current", messages=messages, max_tokens=2)  # type: ignore[arg-type]
+    assert first.usage is not None and again.usage is not None
+    details = again.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens
+    assert 0 < details.cached_tokens <= again.usage.prompt_tokens
