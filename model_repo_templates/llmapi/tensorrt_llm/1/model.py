@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -300,7 +301,7 @@ class TritonPythonModel:
     def _cancellation_loop(self) -> None:
         """Like the model's own loop: every period, requests whose client went away are cancelled."""
         while self.running:
-            threading.Event().wait(self.cancellation_period_s)
+            time.sleep(self.cancellation_period_s)
             with self.lock:
                 for state in self.requests.values():
                     if not state.cancelled and state.triton_request.is_cancelled():
