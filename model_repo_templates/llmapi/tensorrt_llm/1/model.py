@@ -17,7 +17,6 @@ text, a stopped request not at all, and every error.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
