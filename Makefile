@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check docs docs-serve bench bench-routing bench-host host-bundle native-engine soak claude-code codex clean
+.PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host host-bundle native-engine soak claude-code codex clean
 
 install: $(STAMP)
 
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml
 
 run: install
 	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000
+
+# The same with a CPU stand-in of TensorRT-LLM's llmapi Python model instead of the C++ repository.
+run-llmapi: install
+	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000 --engine llmapi
 
 test: install
 	$(PY) -m pytest -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)

@@ -57,6 +57,10 @@ def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess
         args.variant,
         "--engine-mode",
         args.engine_mode,
+        "--engine",
+        args.engine,
+        "--llmapi-profile",
+        args.llmapi_profile,
     ]
     child = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent
@@ -93,18 +97,28 @@ def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess
 
 
 def ready_banner(
-    base: str, name: str, triton: dict[str, str], model_dir: Path, gateway: str, *, tiny: bool
+    base: str,
+    name: str,
+    triton: dict[str, str],
+    model_dir: Path,
+    gateway: str,
+    *,
+    tiny: bool,
+    triton_model: str = "ensemble",
 ) -> str:
     """The dev stack's one ready line, printed once the gateway serves, and what to try with it.
     The commands in it run as printed from the directory `gateway dev` was started in; `tiny`:
     the model is the random tiny model, whose text is said to be what it is."""
     body = json.dumps({"model": name, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32})
+    model_spec = f"name={name},tokenizer={model_dir}"
+    if triton_model != "ensemble":
+        model_spec += f",triton_model={triton_model}"
     return (
         f"Ready: the gateway serves `{name}` at {base}/v1 (Triton gRPC {triton['grpc']}, "
         f"HTTP {triton['http']}; tokenizer {model_dir}). Try:\n"
         f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}\n"
         f"  {gateway} check --triton-url {triton['grpc']} "
-        f"--model {shlex.quote(f'name={name},tokenizer={model_dir}')}"
+        f"--model {shlex.quote(model_spec)}"
     ) + (
         f"\n`{name}` is a random model: its replies are gibberish, often with U+FFFD where a token is "
         "part of a UTF-8 character that the next token does not complete (the gateway decodes the "
@@ -164,7 +178,13 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
         tokenizers = load_tokenizers(settings)
         base = f"http://{settings.host}:{settings.port}"
         banner = ready_banner(
-            base, served.name, ready, model_dir, gateway_command(), tiny=args.model_dir is None
+            base,
+            served.name,
+            ready,
+            model_dir,
+            gateway_command(),
+            tiny=args.model_dir is None,
+            triton_model=served.triton_model,
         )
         run_server(settings, tokenizers=tokenizers, on_ready=lambda: print(banner, flush=True))
     finally:
