@@ -236,6 +236,9 @@ def create_app(
         key_priorities=settings.key_priorities(),
     )
     keys = settings.accepted_keys()
+    if keys:
+        # Admin keys pass the key check too (the admin routes check them again, alone).
+        keys += [k for k in settings.admin_api_keys if k not in keys]
     key_limits = KeyLimits(
         Limits(settings.rate_limit_rpm, settings.rate_limit_tpm),
         {

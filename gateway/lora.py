@@ -340,3 +340,27 @@ def parse_target_modules(text: str) -> tuple[int, ...] | None:
         return None
     ids = [MODULE_IDS.get(str(n).strip()) for n in names]
     return tuple(i for i in ids if i is not None) or None
+
+
+def confined(path_text: str, roots: Iterable[Path]) -> Path:
+    """An adapter directory named at run time, refused (AdapterError) unless it and the adapter
+    files in it are inside one of `roots` once every symbolic link is followed; no `..` either."""
+    path = Path(path_text)
+    if not path_text or not path.is_absolute() or ".." in path.parts:
+        raise AdapterError(f"lora_path must be an absolute path without '..', not {path_text!r}")
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise AdapterError(f"lora_path {path_text!r} does not exist") from None
+    for root in roots:
+        top = root.resolve()
+        if real == top or not real.is_relative_to(top):
+            continue
+        for name in (WEIGHTS_FILE, CONFIG_FILE, PEFT_CONFIG, PEFT_WEIGHTS):
+            file = real / name
+            if file.exists() and not file.resolve().is_relative_to(top):
+                raise AdapterError(f"lora_path {path_text!r}: {name} links outside the adapter roots")
+        if not real.is_dir():
+            raise AdapterError(f"lora_path {path_text!r} is not a directory")
+        return real
+    raise AdapterError(f"lora_path {path_text!r} is not inside the adapter roots the gateway allows")

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.engine import (
@@ -17,8 +18,16 @@ from gateway.engine import (
     LoraRoutes,
     LoraTensors,
 )
-from gateway.errors import EngineUnavailableError, InvalidRequestError
-from gateway.lora import Adapter, AdapterError, AdapterStore, check_targets
+from gateway.errors import EngineUnavailableError, GatewayError, InvalidRequestError, NotFoundError
+from gateway.lora import (
+    Adapter,
+    AdapterError,
+    AdapterStore,
+    check_name,
+    check_targets,
+    confined,
+    read_adapter,
+)
 from gateway.metrics import GatewayMetrics
 
 
@@ -128,3 +137,49 @@ class Adapters:
     def remove(self, name: str) -> bool:
         self.store.forget(name)
         return self.registry.remove_adapter(name) is not None
+
+    async def load(
+        self, name: str, path_text: str, base: str | None, roots: list[Path], replace: bool
+    ) -> None:
+        """POST /v1/load_lora_adapter: an adapter from inside `roots`, read and checked before it
+        is served (a bad one changes nothing)."""
+        try:
+            check_name(name)
+            path = confined(path_text, roots)
+        except AdapterError as exc:
+            raise InvalidRequestError(
+                str(exc), param="lora_path" if "lora_path" in str(exc) else "lora_name"
+            ) from None
+        bases = [m.name for m in self.registry]
+        if base is None:
+            if len(bases) != 1:
+                raise InvalidRequestError(
+                    "Several models are served: name the adapter's base_model.", param="base_model"
+                )
+            base = bases[0]
+        if self.registry.base(base) is None:
+            raise InvalidRequestError(f"The base model `{base}` is not served.", param="base_model")
+        if self.registry.base(name) is not None or (self.registry.adapter(name) is not None and not replace):
+            raise InvalidRequestError(
+                f"The lora adapter '{name}' has already been loaded.", param="lora_name", code="lora_exists"
+            )
+        adapter = Adapter(name, base, path)
+        try:
+            await asyncio.to_thread(read_adapter, path)
+        except AdapterError as exc:
+            raise InvalidRequestError(str(exc), param="lora_path", code="lora_adapter_invalid") from None
+        previous = self.registry.adapter(name)
+        self.store.forget(name)
+        runtime = self.add(adapter)
+        try:
+            await runtime.engine.ensure_ready()
+        except GatewayError:
+            self.remove(name)
+            if previous is not None:
+                self.registry.add_adapter(previous)
+            raise
+
+    def unload(self, name: str) -> None:
+        """POST /v1/unload_lora_adapter."""
+        if not self.remove(name):
+            raise NotFoundError(f"The lora adapter '{name}' cannot be found.", param="lora_name")

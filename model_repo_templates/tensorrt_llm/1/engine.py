@@ -1713,6 +1713,9 @@ class Engine:
         return {name: value for name, value in tensors.items() if name in declared}
 
     def _send(self, group: RequestGroup, tensors: dict[str, np.ndarray] | None, *, final: bool) -> None:
+        if final:
+            # Before the client can see the end: its next request may need the cache slot.
+            self._release_lora(group)
         try:
             group.sink.send(tensors, final=final)
         except Exception:
@@ -1736,8 +1739,11 @@ class Engine:
             logger.exception("sending the final response failed")
 
     def _mark_closed(self, group: RequestGroup) -> None:
-        """The request is over: its LoRA adapter may be evicted again once no other request uses it."""
         group.closed = True
+        self._release_lora(group)
+
+    def _release_lora(self, group: RequestGroup) -> None:
+        """The request is over: its LoRA adapter may be evicted again once no other request uses it."""
         if group.adapter is not None and self.lora_cache is not None:
             self.lora_cache.release(group.adapter)
             group.adapter = None
