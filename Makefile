@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[engine,otel,loadtest,dev]'
 	touch $(STAMP)
 
+# RUN_ARGS: more `gateway dev` flags, e.g. RUN_ARGS="--lora my-adapter=/tmp/my-adapter".
 run: install
-	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000
+	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000 $(RUN_ARGS)
 
 test: install
 	$(PY) -m pytest -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)

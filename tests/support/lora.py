@@ -6,72 +6,39 @@ of two, so the reference and the engine compute the same values.
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-from collections.abc import Iterator, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from deploy.tiny_lora import convert_like_hf_lora_convert, make_peft_adapter, peft_warnings
 
-LLAMA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+__all__ = ["convert_like_hf_lora_convert", "make_peft_adapter", "reference_greedy", "write_numpy_adapter"]
+
+PEFT_PREFIX = "base_model.model.model.layers"
 
 
-def make_peft_adapter(
-    model_dir: Path,
-    out_dir: Path,
-    seed: int,
-    *,
-    rank: int = 8,
-    alpha: int = 16,
-    use_rslora: bool = False,
-    modules: Sequence[str] = LLAMA_MODULES,
-) -> Path:
-    """A random PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors) in `out_dir`."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+def write_numpy_adapter(path: Path, *, rank: int = 2, seed: int = 0, hidden: int = 64) -> Path:
+    """A small PEFT directory written with numpy alone (q_proj of two layers): no torch needed."""
+    import json
 
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    config = LoraConfig(
-        r=rank,
-        lora_alpha=alpha,
-        target_modules=list(modules),
-        lora_dropout=0.0,
-        use_rslora=use_rslora,
-        # False: random A and B (PEFT's default B is zero, an adapter that changes nothing).
-        init_lora_weights=False,
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(seed)
+    tensors = {}
+    for layer in (0, 1):
+        tensors[f"{PEFT_PREFIX}.{layer}.self_attn.q_proj.lora_A.weight"] = rng.standard_normal(
+            (rank, hidden)
+        ).astype(np.float32)
+        tensors[f"{PEFT_PREFIX}.{layer}.self_attn.q_proj.lora_B.weight"] = rng.standard_normal(
+            (hidden, rank)
+        ).astype(np.float32)
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path / "adapter_model.safetensors"))
+    (path / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank})
     )
-    with _peft_warnings():
-        peft_model = get_peft_model(model, config)
-    with torch.no_grad():
-        for name, parameter in peft_model.named_parameters():
-            if "lora_" in name:
-                parameter.copy_(parameter.half().float())
-    peft_model.save_pretrained(out_dir)
-    return out_dir
-
-
-def convert_like_hf_lora_convert(peft_dir: Path, out_dir: Path) -> Path:
-    """The adapter as TensorRT-LLM's hf_lora_convert.py writes it: model.lora_weights.npy
-    [1, N, W] float16 and model.lora_config.npy [1, N, 3] int32."""
-    from gateway.lora import convert_peft
-
-    weights, config = convert_peft(peft_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    np.save(out_dir / "model.lora_weights.npy", weights[None])
-    np.save(out_dir / "model.lora_config.npy", config[None])
-    return out_dir
-
-
-@contextlib.contextmanager
-def _peft_warnings() -> Iterator[None]:
-    """peft 0.21 reads transformers 5's deprecated `is_gradient_checkpointing`: its warning, not ours."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        yield
+    return path
 
 
 @cache
@@ -85,7 +52,7 @@ def _model(model_dir: Path, adapter_dir: Path | None) -> Any:
     if adapter_dir is not None:
         from peft import PeftModel
 
-        with _peft_warnings():
+        with peft_warnings():
             model = PeftModel.from_pretrained(model, adapter_dir)
     model.eval()
     return model

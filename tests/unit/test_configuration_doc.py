@@ -56,6 +56,18 @@ def test_the_complete_example_sets_every_setting_and_loads(tmp_path: Path) -> No
     assert s.accepted_keys() == ["sk-gateway-first-key", "sk-from-file"]
     assert s.state_dir == Path("/var/lib/gateway")
     assert [(k.key, k.rpm, k.tpm) for k in s.key_rate_limits] == [("sk-gateway-first-key", 60, 200000)]
+    assert [(m.name, m.base) for m in s.lora_modules] == [
+        ("sql-adapter", "llama-3.1-8b-instruct"),
+        ("support-tone", "qwen2.5-7b-instruct"),
+    ]
+    assert s.lora_dynamic_roots == [Path("/adapters/uploads")]
     for name, value in data.items():
-        if name not in ("models", "api_key_file", "state_dir", "key_rate_limits"):
+        if name not in (
+            "models",
+            "api_key_file",
+            "state_dir",
+            "key_rate_limits",
+            "lora_modules",
+            "lora_dynamic_roots",
+        ):
             assert getattr(s, name) == value, name
