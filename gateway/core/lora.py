@@ -145,11 +145,12 @@ class Adapters:
         is served (a bad one changes nothing)."""
         try:
             check_name(name)
+        except AdapterError as exc:
+            raise InvalidRequestError(str(exc), param="lora_name") from None
+        try:
             path = confined(path_text, roots)
         except AdapterError as exc:
-            raise InvalidRequestError(
-                str(exc), param="lora_path" if "lora_path" in str(exc) else "lora_name"
-            ) from None
+            raise InvalidRequestError(str(exc), param="lora_path") from None
         bases = [m.name for m in self.registry]
         if base is None:
             if len(bases) != 1:
@@ -159,7 +160,11 @@ class Adapters:
             base = bases[0]
         if self.registry.base(base) is None:
             raise InvalidRequestError(f"The base model `{base}` is not served.", param="base_model")
-        if self.registry.base(name) is not None or (self.registry.adapter(name) is not None and not replace):
+        if self.registry.base(name) is not None:
+            raise InvalidRequestError(
+                f"`{name}` is the name of a served model, not free for an adapter.", param="lora_name"
+            )
+        if self.registry.adapter(name) is not None and not replace:
             raise InvalidRequestError(
                 f"The lora adapter '{name}' has already been loaded.", param="lora_name", code="lora_exists"
             )

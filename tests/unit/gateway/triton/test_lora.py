@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from gateway.engine import GenerationRequest, LoraRequest, LoraTensors, SamplingParams
-from gateway.errors import EngineError, EngineUnavailableError
+from gateway.errors import EngineError, EngineUnavailableError, InvalidRequestError
 from gateway.triton.engine import TritonAdapter
 from gateway.triton.pool import TritonPool
 from tests.support.fake_triton import FakeTriton, start_fake_triton
@@ -168,3 +168,17 @@ async def test_the_weights_are_resent_once_only(triton: tuple[LoraTriton, Triton
     with pytest.raises(EngineError, match="not found in cache"):
         await _tokens(adapter, _request(_lora(misses)))
     assert len(servicer.requests) == 2 and misses == [11]
+
+
+async def test_a_model_taking_no_lora_inputs_and_no_engine_behind_it_is_a_clear_400() -> None:
+    servicer = FakeTriton(tokens=[5])
+    server, url = await start_fake_triton(servicer)
+    pool = TritonPool([url], timeout_s=5)
+    try:
+        adapter = TritonAdapter(pool, "ensemble")
+        with pytest.raises(InvalidRequestError) as caught:
+            await adapter.lora_engine()
+        assert caught.value.code == "lora_not_supported" and "takes no LoRA inputs" in caught.value.message
+    finally:
+        await pool.close()
+        await server.stop(None)
