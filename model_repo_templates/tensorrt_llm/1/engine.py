@@ -291,6 +291,10 @@ class LoraCache:
     def __len__(self) -> int:
         return len(self._adapters)
 
+    def __contains__(self, task_id: int) -> bool:
+        with self._lock:
+            return task_id in self._adapters
+
     def acquire(self, lora: LoraInput) -> LoraAdapter:
         """The request's adapter, pinned until ``release`` (or an EngineError in the backend's words)."""
         with self._lock:
@@ -358,6 +362,48 @@ class LoraCache:
             b = flat[rank * fan_in : rank * (fan_in + fan_out)].reshape(fan_out, rank)
             modules[(layer, module_id)] = (self._convert(a), self._convert(b))
         return modules
+
+
+_PEFT_KEY = re.compile(r"layers\.(\d+)\.(self_attn|mlp)\.([A-Za-z_]+)\.lora_([AB])\.weight$")
+
+
+def read_peft_adapter(path: str, task_id: int) -> LoraInput:
+    """A Hugging Face PEFT LoRA directory as TensorRT-LLM's LoRA inputs (rows of A then B with the
+    scaling folded in, as hf_lora_convert.py writes them): how a model that loads adapters by path
+    (the llmapi model's ``lora_path``) gets the tensors this engine applies."""
+    import os
+
+    from safetensors.numpy import load_file
+
+    try:
+        with open(os.path.join(path, "adapter_config.json"), encoding="utf-8") as f:
+            settings = json.load(f)
+        tensors = load_file(os.path.join(path, "adapter_model.safetensors"))
+        rank, alpha = int(settings["r"]), float(settings.get("lora_alpha", settings["r"]))
+    except Exception as exc:
+        raise EngineError(f"cannot load the LoRA adapter at {path!r}: {exc}") from None
+    scale = alpha / rank**0.5 if settings.get("use_rslora") else alpha / rank
+    by_module = {f"{part}": module_id for module_id, (_, part) in LORA_MODULES.items()}
+    pairs: dict[tuple[int, int], dict[str, np.ndarray]] = collections.defaultdict(dict)
+    for key, value in tensors.items():
+        match = _PEFT_KEY.search(key)
+        if match is None:
+            continue
+        module_id = by_module.get(f"{match.group(2)}.{match.group(3)}")
+        if module_id is None:
+            raise EngineError(f"LoRA module {match.group(3)} has no TensorRT-LLM module id")
+        pairs[(module_id, int(match.group(1)))][match.group(4)] = value.astype(np.float32)
+    rows, config = [], []
+    for (module_id, layer), sides in sorted(pairs.items()):
+        a, b = sides["A"], sides["B"] * scale
+        rows.append(np.concatenate([a.reshape(-1), b.reshape(-1)]))
+        config.append([module_id, layer, a.shape[0]])
+    if not rows:
+        raise EngineError(f"no LoRA weights in {path!r}")
+    weights = np.zeros((1, len(rows), max(r.size for r in rows)), dtype=np.float16)
+    for i, row in enumerate(rows):
+        weights[0, i, : row.size] = row
+    return LoraInput(task_id, weights, np.asarray([config], dtype=np.int32))
 
 
 def parse_lora_target_modules(text: str) -> list[int]:

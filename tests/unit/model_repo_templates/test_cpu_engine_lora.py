@@ -152,3 +152,20 @@ def test_malformed_lora_config_is_an_error_not_a_crash(
     weights = np.zeros((1, 1, 8 * 128), dtype=np.float16)
     with pytest.raises(engine.EngineError, match=needle):
         cache.acquire(engine.LoraInput(7, weights, rows))
+
+
+def test_an_adapter_loaded_by_path_gives_the_same_tokens(
+    tiny_bpe_dir: Path, adapters: dict[str, Path]
+) -> None:
+    """How the llmapi stand-in loads `lora_path`: the PEFT directory read by the engine itself."""
+    loop = _engine(tiny_bpe_dir)
+    sink = _Collect()
+    loop.start()
+    try:
+        loop.submit(_group([7, 8, 9], sink, engine.read_peft_adapter(str(adapters["rslora"]), 99)))
+        assert sink.done.wait(120) and sink.error is None
+    finally:
+        loop.shutdown()
+    assert sink.tokens == reference_greedy(tiny_bpe_dir, adapters["rslora"], [7, 8, 9], 12)
+    with pytest.raises(engine.EngineError, match="cannot load the LoRA adapter"):
+        engine.read_peft_adapter(str(tiny_bpe_dir / "missing"), 5)
