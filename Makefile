@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench bench-routing bench-host host-bundle native-engine soak claude-code codex clean
+.PHONY: install run run-llmapi test lint typecheck check bench bench-routing bench-host host-bundle native-engine soak claude-code codex clean
 
 install: $(STAMP)
 
@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml
 # RUN_ARGS: more `gateway dev` flags, e.g. RUN_ARGS="--lora my-adapter=/tmp/my-adapter".
 run: install
 	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000 $(RUN_ARGS)
+
+# The same with a CPU stand-in of TensorRT-LLM's llmapi Python model instead of the C++ repository.
+run-llmapi: install
+	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000 --engine llmapi
 
 test: install
 	$(PY) -m pytest -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)

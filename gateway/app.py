@@ -123,7 +123,7 @@ class TritonEngines:
         )
 
     def __call__(self, model: ServedModel) -> Engine:
-        from gateway.triton.engine import adapter_for
+        from gateway.triton.models import adapter_for
 
         return adapter_for(self.pool, model)
 

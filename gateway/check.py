@@ -16,7 +16,7 @@ from gateway.errors import GatewayError
 from gateway.text.reasoning import get_format
 from gateway.text.tokenizer import Tokenizer
 from gateway.triton.contract import GUIDE_TYPE
-from gateway.triton.engine import adapter_for
+from gateway.triton.models import adapter_for
 from gateway.triton.pool import TritonPool
 
 

@@ -149,6 +149,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument("--variant", choices=("current", "legacy"), default="current", help="contract variant")
     dev.add_argument(
+        "--engine",
+        choices=("cpp", "llmapi"),
+        default="cpp",
+        help="cpp: the C++ TensorRT-LLM repository (ensemble + tensorrt_llm) on the CPU reference engine; "
+        "llmapi: a CPU stand-in of TensorRT-LLM's llmapi Python model (default: cpp)",
+    )
+    dev.add_argument(
+        "--llmapi-profile",
+        choices=("current", "v1.2"),
+        default="current",
+        help="with --engine llmapi: the model.py it behaves as (v1.2: one response per stream)",
+    )
+    dev.add_argument(
         "--engine-mode",
         choices=("model", "synthetic"),
         default="model",

@@ -48,6 +48,10 @@ def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess
         args.variant,
         "--engine-mode",
         args.engine_mode,
+        "--engine",
+        args.engine,
+        "--llmapi-profile",
+        args.llmapi_profile,
     ]
     child = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent
@@ -134,7 +138,8 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
                 f'-d \'{{"model": "{served.name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
                 f'"max_tokens": 32}}\'\n'
                 f"  gateway check --triton-url {ready['grpc']} "
-                f"--model name={served.name},tokenizer={model_dir}",
+                f"--model name={served.name},tokenizer={model_dir}"
+                + ("" if served.triton_model == "ensemble" else f",triton_model={served.triton_model}"),
                 flush=True,
             )
 

@@ -48,6 +48,33 @@ def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
     return loaded
 
 
+# How long start-up waits for Triton to show a model's config: a Triton not up yet is no error
+# (the gateway waits for it), so this must not hold the start for long.
+PROBE_TIMEOUT_S = 3.0
+
+
+def check_contracts(settings: Settings) -> None:
+    """Refuse, with one line, a model whose Triton model speaks no contract the gateway knows,
+    when Triton already serves it (read the way the gateway reads it after start-up)."""
+    import asyncio
+
+    from gateway.triton.models import probe_contracts
+    from gateway.triton.pool import TritonPool
+
+    async def probe() -> list[str]:
+        pool = TritonPool(
+            settings.triton_url, timeout_s=min(PROBE_TIMEOUT_S, settings.triton_connect_timeout_s)
+        )
+        try:
+            return await probe_contracts(pool, list(settings.models))
+        finally:
+            await pool.close()
+
+    problems = asyncio.run(probe())
+    if problems:
+        raise StartupError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+
+
 def check_port_free(host: str, port: int) -> None:
     """Bind and release the address uvicorn will listen on (as uvicorn does, with SO_REUSEADDR),
     so a taken port is one line before anything starts rather than an error after start-up."""
@@ -97,6 +124,7 @@ def run_server(
 
     if tokenizers is None:
         tokenizers = load_tokenizers(settings)
+    check_contracts(settings)
     check_port_free(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     if settings.tracing:

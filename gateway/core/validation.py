@@ -153,7 +153,8 @@ def logit_bias_pairs(
         return ()
     if not supported:
         raise UnsupportedParameterError(
-            "logit_bias needs the engine's embedding_bias input: serve this model with route=engine",
+            "this model cannot apply logit_bias: it needs a TensorRT-LLM engine model's embedding_bias input "
+            "(the C++ repository served with route=engine)",
             param="logit_bias",
         )
     out = []
@@ -180,6 +181,19 @@ def request_deadline(limits: RequestLimits, header_s: float | None) -> float | N
     return min(options) if options else None
 
 
+def engine_prompt(runtime: ModelRuntime, text: str) -> tuple[str, bool]:
+    """The prompt text as the engine is sent it, and whether special tokens are added when it is
+    counted. An engine that tokenizes text itself adding special tokens (the llmapi model: the
+    LLM API adds BOS) gets the text without the BOS a chat template wrote, or BOS would be doubled;
+    counted with special tokens added, that is the template's own count."""
+    if not runtime.engine.info.adds_special_tokens:
+        return text, runtime.config.add_special_tokens
+    bos = runtime.tokenizer.bos_token
+    if bos and text.startswith(bos):
+        text = text[len(bos) :]
+    return text, True
+
+
 def prompt_budget(
     runtime: ModelRuntime,
     text: str,
@@ -202,7 +216,7 @@ def prompt_budget(
         requested = runtime.config.default_max_tokens
     # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
     # count must match what the engine sees.
-    add_special_tokens = runtime.config.add_special_tokens
+    text, add_special_tokens = engine_prompt(runtime, text)
     if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
         bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
         if bound is not None:

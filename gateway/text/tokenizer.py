@@ -175,6 +175,12 @@ class Tokenizer:
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return list(self._tok.convert_ids_to_tokens(list(ids)))
 
+    @functools.cached_property
+    def bos_token(self) -> str | None:
+        """The text of the tokenizer's beginning-of-sequence token, if it has one."""
+        token = getattr(self._tok, "bos_token", None)
+        return str(token) if token else None
+
     def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
         if not self.has_chat_template:
             raise InvalidRequestError(

@@ -20,7 +20,6 @@ from tritonclient.grpc import service_pb2
 
 from gateway import tracing
 from gateway.asyncutil import merge
-from gateway.config import ServedModel
 from gateway.engine import Engine, EngineInfo, GenerationDelta, GenerationRequest, LoraTensors
 from gateway.errors import EngineError, EngineUnavailableError, GatewayError, InvalidRequestError
 from gateway.routing.base import RouteRequest
@@ -569,9 +568,3 @@ class _Failover(Exception):
         super().__init__(reason)
         self.reason = reason
         self.error = error
-
-
-def adapter_for(pool: TritonPool, model: ServedModel) -> TritonAdapter:
-    """The Triton adapter for one served model (its route chosen at introspection unless forced):
-    the one place the app and `gateway check` build it."""
-    return TritonAdapter(pool, model.triton_model, model.route, engine_model=model.engine_model)

@@ -10,7 +10,9 @@ from gateway.check import report
 from gateway.config import ServedModel
 from gateway.routing.registry import make_policy
 from gateway.text.tokenizer import Tokenizer
-from gateway.triton.engine import TritonAdapter, adapter_for
+from gateway.triton.engine import TritonAdapter
+from gateway.triton.llmapi_engine import LlmapiAdapter
+from gateway.triton.models import adapter_for
 from gateway.triton.pool import TritonPool
 from tests.unit.gateway.triton.test_translation import CURRENT, LEGACY, contract_of
 
@@ -42,11 +44,14 @@ async def test_one_factory_builds_each_models_adapter_on_its_route(tiny_bpe_dir:
         engine = adapter_for(
             pool, ServedModel(name="c", tokenizer=tiny_bpe_dir, route="engine", engine_model="trt")
         )
-        assert all(isinstance(a, TritonAdapter) for a in (auto, ensemble, engine))
-        # The route is chosen when the ensemble's config is read (auto), unless forced.
-        assert (auto._model, auto._requested_route, auto._engine_model) == ("ens", "auto", None)
-        assert (ensemble._model, ensemble._requested_route) == ("ensemble", "ensemble")
-        assert (engine._model, engine._requested_route) == ("trt", "engine")
+        # The contract is detected from the model config; the C++ one's route is then chosen
+        # when the ensemble's config is read (auto), unless forced.
+        cpp = [m.adapter_for("tensorrt_llm") for m in (auto, ensemble, engine)]
+        assert all(isinstance(a, TritonAdapter) for a in cpp)
+        assert (cpp[0]._model, cpp[0]._requested_route, cpp[0]._engine_model) == ("ens", "auto", None)
+        assert (cpp[1]._model, cpp[1]._requested_route) == ("ensemble", "ensemble")
+        assert (cpp[2]._model, cpp[2]._requested_route) == ("trt", "engine")
+        assert isinstance(auto.adapter_for("llmapi"), LlmapiAdapter)
     finally:
         await pool.close()
 
