@@ -156,6 +156,9 @@ class EngineInfo:
     # (`lora_target_modules` as module ids; None: not declared, any module is sent).
     lora: bool = False
     lora_target_modules: tuple[int, ...] | None = None
+    # Whether the model loads adapters itself from a path on the Triton server (the llmapi
+    # model's `lora_path`) rather than taking their weights in the request.
+    lora_by_server_path: bool = False
     # Whether the engine tokenizes the prompt text itself and adds the tokenizer's special tokens
     # (BOS): a BOS the chat template wrote is then left out of the text sent, and prompts are
     # counted with special tokens added, as the engine counts them.

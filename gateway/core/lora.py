@@ -67,6 +67,13 @@ class AdapterEngine:
                     param="model",
                     code="lora_not_supported",
                 )
+            if info.lora_by_server_path and self.adapter.server_path is None:
+                raise InvalidRequestError(
+                    f"The model `{self.adapter.base}` loads LoRA adapters itself from a path on the Triton "
+                    f"server: give `{self.adapter.name}` its server_path (--lora NAME=PATH,server_path=...).",
+                    param="model",
+                    code="lora_needs_server_path",
+                )
             tensors = await self._read()
             try:
                 check_targets(self.adapter.name, tensors, info.lora_target_modules)

@@ -33,6 +33,7 @@ ADMIN_KEY = "admin-secret"
 MAX_TOKENS = 10
 GREEDY = {"temperature": 0, "max_tokens": MAX_TOKENS, "extra_body": {"ignore_eos": True}}
 EVICTION_ADAPTERS = LORA_CACHE_ADAPTERS + 2
+LLMAPI = "llmapi_current"
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +86,15 @@ def gateway(triton_stack: TritonStack, adapters: dict[str, Path], roots: Path) -
     args += ["--lora", f"my-adapter={adapters['a1'].parent / 'a1'},base=tiny-engine"]
     for i in range(EVICTION_ADAPTERS):
         args += ["--lora", f"e{i}={adapters[f'e{i}']},base=tiny-engine"]
+    # TensorRT-LLM's llmapi model loads adapters itself from a path on the Triton server.
+    llmapi = triton_stack.llmapi[LLMAPI]
+    args += ["--model", f"name=tiny-llmapi,tokenizer={llmapi.tokenizer_dir},triton_model={llmapi.name}"]
+    for name in ("a1", "a2"):
+        args += [
+            "--lora",
+            f"tiny-llmapi-{name}={adapters[name]},base=tiny-llmapi,server_path={adapters[name]}",
+        ]
+    args += ["--lora", f"tiny-llmapi-nopath={adapters['a1']},base=tiny-llmapi"]
     args += ["--lora-dynamic-roots", str(roots), "--admin-api-keys", ADMIN_KEY]
     with GatewayProcess(args) as process:
         yield process
@@ -290,3 +300,42 @@ def test_dynamic_loading_and_hostile_inputs_get_clear_4xx_and_change_nothing(
     assert _admin(gateway, "/v1/unload_lora_adapter", {"lora_name": "dyn"}).status_code == 404
     with pytest.raises(openai.NotFoundError):
         sdk.completions.create(model="dyn", prompt="x", max_tokens=2)
+
+
+def test_the_llmapi_model_loads_adapters_by_path_and_answers_as_peft(
+    sdk: openai.OpenAI, triton_stack: TritonStack, adapters: dict[str, Path]
+) -> None:
+    m = triton_stack.llmapi[LLMAPI]
+    tok = Tokenizer(m.tokenizer_dir)
+    prompt = "The quick brown fox"
+    cases = [
+        (f"tiny-llmapi{suffix}", adapter, stream)
+        for suffix, adapter in (("", None), ("-a1", adapters["a1"]), ("-a2", adapters["a2"]))
+        for stream in (False, True)
+    ]
+
+    def expected(adapter: Path | None) -> str:
+        ids = reference_greedy(m.tokenizer_dir, adapter, tok.encode(prompt), MAX_TOKENS)
+        # The llmapi model takes no ignore_eos: the reference ends where the model would.
+        ends = {tok.info.eos_token_id, *tok.info.extra_end_ids}
+        cut = next((i for i, t in enumerate(ids) if t in ends), len(ids))
+        return tok.decode(ids[:cut])
+
+    def ask(case: tuple[str, Path | None, bool]) -> str:
+        model, _, stream = case
+        common = {"model": model, "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
+        if stream:
+            return "".join(
+                c.choices[0].text for c in sdk.completions.create(stream=True, **common) if c.choices
+            )  # type: ignore[call-overload]
+        return str(sdk.completions.create(**common).choices[0].text)  # type: ignore[call-overload]
+
+    with ThreadPoolExecutor(len(cases)) as pool:
+        answers = list(pool.map(ask, cases))
+    wanted = {a: expected(a) for a in (None, adapters["a1"], adapters["a2"])}
+    assert len(set(wanted.values())) == 3
+    for (model, adapter, stream), answer in zip(cases, answers, strict=True):
+        assert answer == wanted[adapter], (model, stream)
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.completions.create(model="tiny-llmapi-nopath", prompt=prompt, max_tokens=4)
+    assert refused.value.code == "lora_needs_server_path"

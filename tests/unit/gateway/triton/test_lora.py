@@ -182,3 +182,28 @@ async def test_a_model_taking_no_lora_inputs_and_no_engine_behind_it_is_a_clear_
     finally:
         await pool.close()
         await server.stop(None)
+
+
+def test_the_llmapi_model_gets_lora_id_name_and_its_server_path() -> None:
+    from dataclasses import replace
+
+    from gateway.triton import llmapi as la
+    from tests.unit.gateway.triton.test_llmapi import _request as llmapi_request
+    from tests.unit.gateway.triton.test_llmapi import _values, upstream
+
+    contract = la.read_llmapi_contract(upstream("current", decoupled=True))
+    info = contract.capabilities()
+    assert info.lora and info.lora_by_server_path
+
+    async def unused() -> LoraTensors:
+        raise AssertionError("the llmapi model loads the adapter itself")
+
+    lora = LoraRequest("sql", 2**62 + 5, unused, server_path="/models/lora/sql")
+    values = _values(
+        la.build_llmapi_request(contract, replace(llmapi_request(), lora=lora), request_id="1", seed=None)
+    )
+    assert values["lora_id"] == ("UINT64", [1], 2**62 + 5)
+    assert values["lora_name"] == ("BYTES", [1], "sql")
+    assert values["lora_path"] == ("BYTES", [1], "/models/lora/sql")
+    # 1.2.x declares no LoRA inputs.
+    assert not la.read_llmapi_contract(upstream("v1.2")).capabilities().lora
