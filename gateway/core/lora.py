@@ -62,7 +62,7 @@ class AdapterEngine:
             if not info.lora:
                 raise InvalidRequestError(
                     f"The model `{self.adapter.base}` is served by a Triton model that takes no LoRA "
-                    f"adapters ({info.model} declares no lora_task_id), so `{self.adapter.name}` "
+                    f"adapters ({info.model} declares no LoRA inputs), so `{self.adapter.name}` "
                     "cannot be served.",
                     param="model",
                     code="lora_not_supported",
