@@ -9,6 +9,7 @@ evictions, the official SDKs as a new user tries them, dynamic loading and hosti
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -159,6 +160,8 @@ def test_more_adapters_than_the_cache_holds_round_robin_all_succeed_and_reloads_
     expected = {n: expected_text(triton_stack, adapters[n], prompt) for n in names}
     assert len(set(expected.values())) == len(names)
     misses_before = sum(gateway_metric(gateway, "gateway_lora_cache_misses_total", model=n) for n in names)
+    engine = triton_stack.models["bpe_current"].engine
+    evictions_before = triton_stack.metric("trtllm_cpu_engine_lora_evictions_total", model=engine)
     order = names * 3
     # As many requests in flight as the cache holds adapters: each needs a slot, none is refused.
     with ThreadPoolExecutor(LORA_CACHE_ADAPTERS) as pool:
@@ -167,6 +170,12 @@ def test_more_adapters_than_the_cache_holds_round_robin_all_succeed_and_reloads_
     misses = sum(gateway_metric(gateway, "gateway_lora_cache_misses_total", model=n) for n in names)
     # Every adapter was evicted and sent again at least once after its first load.
     assert misses - misses_before > len(names)
+    # The engine evicted (its counters are published after its steps: poll for the last one).
+    wanted = evictions_before + len(names) - LORA_CACHE_ADAPTERS
+    deadline = time.monotonic() + 30
+    while triton_stack.metric("trtllm_cpu_engine_lora_evictions_total", model=engine) < wanted:
+        assert time.monotonic() < deadline, "the engine's evictions were not counted"
+        time.sleep(0.05)
     assert gateway_metric(gateway, "gateway_requests_total", model="e0") >= 3
 
 

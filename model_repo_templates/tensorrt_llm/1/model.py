@@ -340,6 +340,8 @@ class TritonPythonModel:
             ("batched_tokens", "Tokens generated in steps shared by two or more sequences"),
             ("completed_requests", "Requests completed (not cancelled)"),
             ("cancelled_requests", "Requests dropped because the client cancelled them"),
+            ("lora_loads", "LoRA adapters stored in the engine's cache (sent with their weights)"),
+            ("lora_evictions", "LoRA adapters evicted from the engine's cache to make room"),
         ):
             family = pb_utils.MetricFamily(
                 name=f"trtllm_cpu_engine_{name}_total", description=text, kind=counter
@@ -394,6 +396,10 @@ class TritonPythonModel:
             "completed_requests": stats.completed_requests_total,
             "cancelled_requests": stats.cancelled_requests_total,
         }
+        lora = self.engine.lora_cache if hasattr(self, "engine") else None
+        if lora is not None:
+            totals["lora_loads"] = lora.loads
+            totals["lora_evictions"] = lora.evictions
         for name, total in totals.items():
             delta = total - self._published.get(f"total:{name}", 0)
             if delta:
