@@ -29,6 +29,7 @@ import yaml
 from engine import (
     LORA_MODULES,
     Engine,
+    EngineError,
     LoraCache,
     LoraInput,
     OutputOptions,
@@ -125,9 +126,13 @@ class TritonPythonModel:
         self.lora_cache: LoraCache | None = None
         if "lora_id" in self.inputs:
             # As the LLM API's PEFT cache: adapters loaded from lora_path, reloaded after eviction.
-            runner.enable_lora(sorted(m for m in LORA_MODULES if m != 0))
-            capacity = int(stand_in.get("lora_cache_adapters", 8))
-            self.lora_cache = LoraCache(capacity, runner.lora_shapes, runner.lora_tensor)
+            try:
+                runner.enable_lora(sorted(m for m in LORA_MODULES if m != 0))
+            except EngineError as exc:
+                pb_utils.Logger.log_warn(f"LoRA off: {exc}")
+            else:
+                capacity = int(stand_in.get("lora_cache_adapters", 8))
+                self.lora_cache = LoraCache(capacity, runner.lora_shapes, runner.lora_tensor)
         self.engine = Engine(runner=runner, lora_cache=self.lora_cache)
         self.engine.start()
         self.lock = threading.Lock()
