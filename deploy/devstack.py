@@ -588,7 +588,14 @@ def prepare_llmapi_repository(
     upstream's model name ``tensorrt_llm``."""
     if model_dir is None:
         model_dir = build_tiny_model(tokenizer_kind, cache_root=cache_root)
-    settings = LlmapiSettings(model=str(model_dir), profile=profile, decoupled=decoupled, stand_in=True)
+    settings = LlmapiSettings(
+        model=str(model_dir),
+        profile=profile,
+        decoupled=decoupled,
+        stand_in=True,
+        # Small blocks, so that the tiny model's short prompts show their reuse (cached_tokens).
+        tokens_per_block=DEV_TOKENS_PER_BLOCK,
+    )
     path = render_llmapi_repository(out_dir, settings, overwrite=True)
     return DevRepository(path, Path(model_dir), f"llmapi {profile}", "llmapi", settings.name)
 

@@ -851,6 +851,9 @@ class LlmapiSettings:
     free_gpu_memory_fraction: float = 0.9
     # The CPU stand-in (our model.py over the CPU reference engine) instead of upstream's model.py.
     stand_in: bool = False
+    # The KV cache block size, written to model.yaml and as the config parameter the gateway reads
+    # it from (to report cached prompt tokens); None: the LLM API's default, not reported.
+    tokens_per_block: int | None = None
 
     def model_yaml(self) -> str:
         data: dict[str, object] = {
@@ -862,6 +865,7 @@ class LlmapiSettings:
             "kv_cache_config": {
                 "enable_block_reuse": self.enable_kv_cache_reuse,
                 "free_gpu_memory_fraction": self.free_gpu_memory_fraction,
+                **({} if self.tokens_per_block is None else {"tokens_per_block": self.tokens_per_block}),
             },
             "triton_config": {"max_batch_size": 0, "decoupled": self.decoupled},
         }
@@ -887,6 +891,8 @@ def render_llmapi_repository(
         raise ModelRepoError(f"profile must be one of {', '.join(LLMAPI_PROFILES)}, got {settings.profile!r}")
     if not _MODEL_NAME.match(settings.name):
         raise ModelRepoError(f"model name {settings.name!r} must be letters, digits, '_', '.' or '-'")
+    if settings.tokens_per_block is not None and settings.tokens_per_block < 1:
+        raise ModelRepoError("tokens_per_block must be >= 1")
     if (
         settings.tensor_parallel_size < 1
         or settings.pipeline_parallel_size < 1
@@ -931,6 +937,13 @@ def render_llmapi_repository(
                 )
         (model_dir / "1").mkdir(exist_ok=True)
         (model_dir / "1" / "model.yaml").write_text(settings.model_yaml())
+        if settings.tokens_per_block is not None:
+            with (model_dir / "config.pbtxt").open("a") as config_file:
+                block = settings.tokens_per_block
+                config_file.write(
+                    "\n# model.yaml's kv_cache_config.tokens_per_block, for the gateway.\n"
+                    f'parameters {{ key: "tokens_per_block" value {{ string_value: "{block}" }} }}\n'
+                )
         load_model_configs(staging)
         staging.chmod(0o755)
         if out_dir.exists():
@@ -1014,6 +1027,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     llmapi.add_argument("--kv-cache-reuse", action=argparse.BooleanOptionalAction, default=True)
     llmapi.add_argument("--free-gpu-memory-fraction", type=float, default=0.9)
     llmapi.add_argument(
+        "--tokens-per-block",
+        type=int,
+        default=None,
+        help="KV cache block size, also told to the gateway (which then reports cached prompt tokens)",
+    )
+    llmapi.add_argument(
         "--upstream",
         type=Path,
         default=None,
@@ -1044,6 +1063,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             enable_kv_cache_reuse=args.kv_cache_reuse,
             free_gpu_memory_fraction=args.free_gpu_memory_fraction,
             stand_in=args.stand_in,
+            tokens_per_block=args.tokens_per_block,
         )
         try:
             out = render_llmapi_repository(

@@ -43,6 +43,10 @@ IMAGE_URL = "image_url"
 TEXT_OUTPUT = "text_output"
 FINISH_REASON = "finish_reason"
 STOP_REASON = "stop_reason"
+KV_CACHE_REUSED_BLOCK = "kv_cache_reused_block"
+# Not in upstream's config: the KV cache block size (model.yaml's kv_cache_config, which Triton does
+# not show), as a model config parameter. Reused blocks mean nothing without it.
+TOKENS_PER_BLOCK_PARAMETER = "tokens_per_block"
 
 # The model's answer to a request it could not run, and to a cancelled one.
 ERROR_PREFIX = "Error generating request: "
@@ -105,6 +109,18 @@ class LlmapiContract:
     # Input name -> its Triton dtype ("BYTES", "INT32", ...), as the model declares it.
     inputs: dict[str, str]
     outputs: frozenset[str]
+    # The KV cache block size, where the config's parameters give it.
+    tokens_per_block: int | None = None
+
+    @property
+    def reports_cached_tokens(self) -> bool:
+        """Whether responses can say how many prompt tokens came from the KV cache: perf metrics
+        can be asked for, the reused blocks come back, and the block size is known."""
+        return (
+            RETURN_PERF_METRICS in self.inputs
+            and KV_CACHE_REUSED_BLOCK in self.outputs
+            and self.tokens_per_block is not None
+        )
 
     @property
     def lora(self) -> bool:
@@ -151,6 +167,8 @@ class LlmapiContract:
                 "renders chat templates, matches stop strings and counts tokens itself"
             ),
             exact_stream=True,
+            cached_tokens=self.reports_cached_tokens,
+            tokens_per_block=self.tokens_per_block,
             usage_source="prompt: tokenizer; completion: text re-encoded",
             adds_special_tokens=True,
             counts_text=True,
@@ -175,11 +193,17 @@ def read_llmapi_contract(config: mc.ModelConfig) -> LlmapiContract:
             f"model {config.name!r}: the llmapi model takes no batch dimension, but its config sets "
             f"max_batch_size {config.max_batch_size} (set it to 0)"
         )
+    block = (
+        config.parameters[TOKENS_PER_BLOCK_PARAMETER].string_value.strip()
+        if (TOKENS_PER_BLOCK_PARAMETER in config.parameters)
+        else ""
+    )
     return LlmapiContract(
         model=config.name,
         decoupled=bool(config.model_transaction_policy.decoupled),
         inputs={i.name: _DTYPES.get(i.data_type, "BYTES") for i in config.input},
         outputs=frozenset(o.name for o in config.output),
+        tokens_per_block=int(block) if block.isdigit() and int(block) > 0 else None,
     )
 
 
@@ -222,6 +246,8 @@ def input_values(contract: LlmapiContract, request: GenerationRequest, *, seed: 
         values[PRESENCE_PENALTY] = p.presence_penalty
     if p.frequency_penalty is not None:
         values[FREQUENCY_PENALTY] = p.frequency_penalty
+    if contract.reports_cached_tokens:
+        values[RETURN_PERF_METRICS] = True
     return {name: value for name, value in values.items() if name in contract.inputs}
 
 
@@ -243,7 +269,10 @@ def build_llmapi_request(
         _scalar(out, lora_id, contract.inputs[lora_id], lora.task_id)
         _strings(out, lora_name, [lora.name])
         _strings(out, lora_path, [lora.server_path])
-    for name in (TEXT_OUTPUT, FINISH_REASON):
+    wanted = [TEXT_OUTPUT, FINISH_REASON]
+    if contract.reports_cached_tokens:
+        wanted.append(KV_CACHE_REUSED_BLOCK)
+    for name in wanted:
         if name in contract.outputs:
             out.outputs.add().name = name
     return out
@@ -256,6 +285,8 @@ class LlmapiResponse:
     # "stop", "length", ... once finished; None before (the model sends "None").
     finish_reason: str | None
     final: bool
+    # KV cache blocks of the prompt the engine reused, when perf metrics were asked for.
+    reused_blocks: int | None = None
 
 
 def _elements(raw: bytes) -> list[bytes]:
@@ -273,10 +304,14 @@ def parse_llmapi_response(response: service_pb2.ModelInferResponse) -> LlmapiRes
     final = "triton_final_response" in params and params["triton_final_response"].bool_param
     text: bytes | None = None
     reason: str | None = None
+    reused: int | None = None
     raw_contents = response.raw_output_contents
     for pos, output in enumerate(response.outputs):
         if pos >= len(raw_contents):
             break
+        if output.name == KV_CACHE_REUSED_BLOCK:
+            reused = _count(output.datatype, raw_contents[pos])
+            continue
         elements = _elements(raw_contents[pos])
         if output.name == TEXT_OUTPUT:
             # One element per output sequence; the gateway asks for one.
@@ -284,7 +319,16 @@ def parse_llmapi_response(response: service_pb2.ModelInferResponse) -> LlmapiRes
         elif output.name == FINISH_REASON and elements:
             value = elements[0].decode("utf-8", "replace")
             reason = None if value in ("", "None") else value
-    return LlmapiResponse(text, reason, final)
+    return LlmapiResponse(text, reason, final, reused)
+
+
+def _count(datatype: str, raw: bytes) -> int | None:
+    # The model sends its perf outputs as strings whatever the config declares; read either.
+    if datatype == "BYTES":
+        elements = _elements(raw)
+        text = elements[0].decode("ascii", "replace").strip() if elements else ""
+        return int(text) if text.isdigit() else None
+    return int.from_bytes(raw[:4], "little", signed=True) if len(raw) >= 4 else None
 
 
 def llmapi_error(message: str, model: str) -> GatewayError:

@@ -179,8 +179,13 @@ class LlmapiAdapter:
                     last = parsed.final or single
                     if last:
                         delta += text.finish()
-                    if delta or parsed.finish_reason is not None:
-                        yield GenerationDelta(index=index, text=delta, finish_reason=parsed.finish_reason)
+                    cached = None
+                    if parsed.reused_blocks is not None and contract.tokens_per_block is not None:
+                        cached = parsed.reused_blocks * contract.tokens_per_block
+                    if delta or parsed.finish_reason is not None or cached is not None:
+                        yield GenerationDelta(
+                            index=index, text=delta, finish_reason=parsed.finish_reason, cached_tokens=cached
+                        )
                     if last:
                         finished = True
                         break

@@ -227,7 +227,12 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
     llmapi: dict[str, LlmapiModel] = {}
     for key, (profile, decoupled) in LLMAPI_LAYOUT.items():
         settings = LlmapiSettings(
-            model=str(model_dirs["bpe"]), name=key, profile=profile, decoupled=decoupled, stand_in=True
+            model=str(model_dirs["bpe"]),
+            name=key,
+            profile=profile,
+            decoupled=decoupled,
+            stand_in=True,
+            tokens_per_block=DEV_TOKENS_PER_BLOCK,
         )
         repositories.append(render_llmapi_repository(root / key, settings))
         llmapi[key] = LlmapiModel(key, key, model_dirs["bpe"], profile, decoupled)

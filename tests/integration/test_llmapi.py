@@ -281,3 +281,63 @@ def test_a_model_the_gateway_cannot_serve_is_one_line_before_the_port_is_bound(
     assert line.startswith("gateway serve: model 'tiny': Triton model") and m.preprocessing in line
     assert "inputs QUERY" in line and "llmapi" in line and "ensemble" in line
     assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_the_stand_in_keeps_upstreams_defaults(triton_stack: TritonStack) -> None:
+    # What a client that sends only text_input gets: 32 tokens, the prompt echoed, string reasons.
+    m = triton_stack.llmapi["llmapi_current_whole"]
+    prompt = "Once upon a time"
+    inputs = {
+        "text_input": np.array([prompt.encode()], dtype=object),
+        "sampling_param_temperature": np.array([0.0], dtype=np.float32),
+        "sampling_param_top_k": np.array([1], dtype=np.int32),
+        "return_finish_reason": np.array([True]),
+    }
+    (response,) = stream_infer(triton_stack.grpc_url, m.name, inputs)
+    text = response.outputs["text_output"][0].decode()
+    assert text == prompt + stand_in_text(triton_stack, m, prompt, 32)
+    assert response.outputs["finish_reason"][0] == b"length"
+
+
+def test_a_stop_request_cancels_the_request_with_its_id(triton_stack: TritonStack) -> None:
+    m = triton_stack.llmapi["llmapi_current"]
+    stopped: list[Any] = []
+
+    def stop_once(response: Any, client: Any) -> bool:
+        if not stopped:
+            # The stop request's own answer is a CANCELLED error.
+            stopped.append(
+                stream_infer(
+                    triton_stack.grpc_url,
+                    m.name,
+                    {"text_input": np.array([b""], dtype=object), "stop": np.array([True])},
+                    request_id="llmapi-stop-test",
+                )
+            )
+        return False
+
+    inputs = {
+        "text_input": np.array([b"Hello"], dtype=object),
+        "streaming": np.array([True]),
+        "sampling_param_max_tokens": np.array([400], dtype=np.int32),
+        "return_finish_reason": np.array([True]),
+    }
+    responses = stream_infer(
+        triton_stack.grpc_url, m.name, inputs, request_id="llmapi-stop-test", on_response=stop_once
+    )
+    ((answer,),) = stopped
+    assert answer.error is not None and "Request cancelled by client" in answer.error
+    # The current model.py completes a stopped request, well before its 400 tokens.
+    assert responses[-1].final and responses[-1].outputs["finish_reason"][0] == b"cancelled"
+    assert len(responses) < 400
+
+
+def test_a_repeated_prompt_reports_its_cached_tokens(sdk: openai.OpenAI) -> None:
+    # The stand-in's config tells the block size (tokens_per_block); its KV cache reuses blocks.
+    messages = [{"role": "user", "content": "A long shared system prompt about the weather. " * 4}]
+    first = sdk.chat.completions.create(model="llmapi_current", messages=messages, max_tokens=2)  # type: ignore[arg-type]
+    again = sdk.chat.completions.create(model="llmapi_current", messages=messages, max_tokens=2)  # type: ignore[arg-type]
+    assert first.usage is not None and again.usage is not None
+    details = again.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens
+    assert 0 < details.cached_tokens <= again.usage.prompt_tokens

@@ -17,9 +17,9 @@ text, a stopped request not at all, and every error.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from engine import (
     LORA_MODULES,
     Engine,
     EngineError,
+    KvCacheManager,
     LoraCache,
     LoraInput,
     OutputOptions,
@@ -80,6 +81,9 @@ class _Request:
     return_stop_reason: bool
     max_tokens: int
     stops: list[tuple[str, tuple[int, ...]]]
+    perf_metrics: bool = False
+    # The prompt's KV cache blocks the engine reused (with perf metrics).
+    reused_blocks: int = 0
     generated: list[int] = field(default_factory=list)
     stop_reason: str | None = None
     # Set by the cancellation loop (the client went away) or a `stop` request.
@@ -133,7 +137,17 @@ class TritonPythonModel:
             else:
                 capacity = int(stand_in.get("lora_cache_adapters", 8))
                 self.lora_cache = LoraCache(capacity, runner.lora_shapes, runner.lora_tensor)
-        self.engine = Engine(runner=runner, lora_cache=self.lora_cache)
+        kv_cache = settings.get("kv_cache_config") or {}
+        tokens_per_block = int(kv_cache.get("tokens_per_block", 32))
+        self.engine = Engine(
+            runner=runner,
+            kv_cache=KvCacheManager(
+                tokens_per_block=tokens_per_block,
+                max_blocks=262144 // tokens_per_block,
+                reuse=bool(kv_cache.get("enable_block_reuse", True)),
+            ),
+            lora_cache=self.lora_cache,
+        )
         self.engine.start()
         self.lock = threading.Lock()
         self.requests: dict[str, _Request] = {}
@@ -287,6 +301,7 @@ class TritonPythonModel:
                 return_stop_reason=bool(_scalar(request, "return_stop_reason") or False),
                 max_tokens=max_tokens,
                 stops=stops,
+                perf_metrics=bool(_scalar(request, "sampling_param_return_perf_metrics") or False),
             )
             self.requests[internal_id] = state
             if user_id:
@@ -296,9 +311,11 @@ class TritonPythonModel:
             RequestGroup(
                 prompts=[ids],
                 params=[params],
-                options=OutputOptions(streaming=True, exclude_input=True),
+                options=OutputOptions(
+                    streaming=True, exclude_input=True, return_perf_metrics=state.perf_metrics
+                ),
                 sink=_Sink(self, state),
-                declared_outputs=frozenset({"output_ids"}),
+                declared_outputs=frozenset({"output_ids", "kv_cache_reused_blocks"}),
                 request_id=internal_id,
                 lora=lora,
             )
@@ -320,7 +337,7 @@ class TritonPythonModel:
     def _cancellation_loop(self) -> None:
         """Like the model's own loop: every period, requests whose client went away are cancelled."""
         while self.running:
-            threading.Event().wait(self.cancellation_period_s)
+            time.sleep(self.cancellation_period_s)
             with self.lock:
                 for state in self.requests.values():
                     if not state.cancelled and state.triton_request.is_cancelled():
@@ -335,6 +352,8 @@ class TritonPythonModel:
             return
         if tensors is not None and "output_ids" in tensors:
             state.generated.extend(int(t) for t in tensors["output_ids"].reshape(-1))
+        if tensors is not None and "kv_cache_reused_blocks" in tensors:
+            state.reused_blocks = int(tensors["kv_cache_reused_blocks"].reshape(-1)[0])
         if error is not None:
             self._forget(state)
             if state.cancelled:
@@ -378,6 +397,10 @@ class TritonPythonModel:
         if state.return_stop_reason:
             stop_reason = state.stop_reason if final else None
             outputs.append(pb_utils.Tensor("stop_reason", np.asarray([str(stop_reason)], dtype=np.object_)))
+        if state.perf_metrics:
+            # As the model sends its perf outputs: strings, whatever the config declares.
+            reused = np.asarray([str(state.reused_blocks).encode()], dtype=np.object_)
+            outputs.append(pb_utils.Tensor("kv_cache_reused_block", reused))
         flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0
         state.sender.send(pb_utils.InferenceResponse(output_tensors=outputs), flags=flags)
 

@@ -177,3 +177,19 @@ def test_errors_lose_the_models_prefix_and_a_too_long_prompt_is_a_400() -> None:
     assert isinstance(long, ContextLengthExceededError) and long.code == "context_length_exceeded"
     other = la.llmapi_error("Error generating request: CUDA out of memory", "m")
     assert isinstance(other, EngineError) and other.message == "Triton failed the request: CUDA out of memory"
+
+
+def test_cached_tokens_need_the_block_size_and_come_back_as_strings() -> None:
+    config = upstream("current", decoupled=True)
+    assert not la.read_llmapi_contract(config).capabilities().cached_tokens
+    config.parameters["tokens_per_block"].string_value = "32"
+    contract = la.read_llmapi_contract(config)
+    info = contract.capabilities()
+    assert info.cached_tokens and info.tokens_per_block == 32
+    built = la.build_llmapi_request(contract, _request(), request_id="1", seed=None)
+    assert _values(built)["sampling_param_return_perf_metrics"][2] is True
+    assert "kv_cache_reused_block" in [o.name for o in built.outputs]
+    response = _response(b"Hi", "stop", final=True)
+    response.outputs.add(name="kv_cache_reused_block", datatype="BYTES", shape=[1])
+    response.raw_output_contents.append(struct.pack("<I", 1) + b"3")
+    assert la.parse_llmapi_response(response).reused_blocks == 3
