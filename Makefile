@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[engine,otel,loadtest,dev,docs]'
 	touch $(STAMP)
 
+# RUN_ARGS: more `gateway dev` flags, e.g. RUN_ARGS="--lora my-adapter=/tmp/my-adapter".
 run: install
-	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000
+	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000 $(RUN_ARGS)
 
 # The same with a CPU stand-in of TensorRT-LLM's llmapi Python model instead of the C++ repository.
 run-llmapi: install

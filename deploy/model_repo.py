@@ -362,6 +362,26 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         backends=CPU,
         minimum=0.0,
     ),
+    Variable(
+        "lora_target_modules",
+        "str",
+        "CPU engine, engine_mode=model: the TensorRT-LLM LoRA modules adapters may adapt, comma-separated "
+        "(attn_q, attn_k, attn_v, attn_dense, mlp_h_to_4h, mlp_4h_to_h, mlp_gate: the Llama modules); "
+        "empty: LoRA off. Rendered as the model parameter the gateway reads, like an engine's "
+        "trtllm-build --lora_target_modules.",
+        default="attn_q,attn_k,attn_v,attn_dense,mlp_h_to_4h,mlp_4h_to_h,mlp_gate",
+        backends=CPU,
+        pattern=r"^[a-z0-9_,]*$",
+    ),
+    Variable(
+        "lora_cache_adapters",
+        "int",
+        "CPU engine: LoRA adapters its cache holds; a further one evicts the least recently used adapter "
+        "no request is using (TensorRT-LLM's cache rules and errors).",
+        default=8,
+        backends=CPU,
+        minimum=1,
+    ),
     Variable("enable_chunked_context", "bool", "Chunked prefill.", default=False, backends=TRTLLM),
     Variable(
         "normalize_log_probs",

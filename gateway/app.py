@@ -17,6 +17,7 @@ from gateway import tracing
 from gateway.apis import APIS, error_shape, rate_limit_headers
 from gateway.apis.openai.errors import install_error_handlers
 from gateway.config import ServedModel, Settings
+from gateway.core.lora import Adapters
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.readiness import Readiness
 from gateway.core.validation import RequestLimits
@@ -34,6 +35,7 @@ from gateway.http.ratelimit import RateLimitMiddleware
 from gateway.http.routing import DirectRoutes, generation_paths
 from gateway.http.services import Services
 from gateway.logs import Repeating
+from gateway.lora import Adapter, AdapterStore
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import KeyLimits, Limits, open_limiter
 from gateway.text.tokenizer import Tokenizer
@@ -43,7 +45,9 @@ logger = logging.getLogger(__name__)
 EngineFactory = Callable[[ServedModel], Engine]
 
 
-async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
+async def _introspect_until_ready(
+    runtimes: Sequence[ModelRuntime], adapters: Sequence[ModelRuntime] = ()
+) -> None:
     """Learn each model's contract as soon as Triton serves it (Triton may start after us), and
     log what each model supports, the same table `gateway check` prints."""
     delay = 0.5
@@ -75,6 +79,20 @@ async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
     if reports:
         # Not worded as a ready line: `gateway dev` prints the one ready line, once the port serves.
         logger.info("what each model supports:\n%s", table(reports, terminal_width()))
+    # Configured adapters are read now rather than on their first request; one that cannot be
+    # served is said here (and again, as a 4xx, to each request for it).
+    for runtime in adapters:
+        try:
+            await runtime.engine.ensure_ready()
+        except GatewayError as exc:
+            logger.error("LoRA adapter %s cannot be served: %s", runtime.name, exc.message)
+        else:
+            logger.info(
+                "LoRA adapter %s loaded for %s (%s route)",
+                runtime.name,
+                runtime.parent,
+                runtime.engine.info.route,
+            )
 
 
 class TritonEngines:
@@ -139,6 +157,13 @@ def create_app(
             )
             runtimes.append(ModelRuntime(model, tokenizer, factory(model), int(time.time())))
         registry = ModelRegistry(runtimes)
+        store = AdapterStore(
+            settings.lora_max_bytes, on_load=lambda a: metrics.lora_loads.labels(a.name).inc()
+        )
+        adapters = Adapters(registry, store, metrics)
+        for spec in settings.lora_modules:
+            adapters.add(Adapter(spec.name, settings.lora_base(spec), spec.path, spec.server_path))
+        services.add(adapters)
         limits = RequestLimits(
             max_n=settings.max_n,
             max_stop_strings=settings.max_stop_strings,
@@ -157,7 +182,7 @@ def create_app(
             services.add(service)
         if triton is not None:
             triton.start()
-        introspection = asyncio.create_task(_introspect_until_ready(runtimes))
+        introspection = asyncio.create_task(_introspect_until_ready(runtimes, registry.adapters))
         if settings.state_url is not None:
             from gateway.state_server import check
 
@@ -212,6 +237,9 @@ def create_app(
         key_priorities=settings.key_priorities(),
     )
     keys = settings.accepted_keys()
+    if keys:
+        # Admin keys pass the key check too (the admin routes check them again, alone).
+        keys += [k for k in settings.admin_api_keys if k not in keys]
     key_limits = KeyLimits(
         Limits(settings.rate_limit_rpm, settings.rate_limit_tpm),
         {

@@ -25,6 +25,9 @@ from gateway.text.tool_calls.registry import MODEL_FORMATS
 _METAVARS = {
     "triton_url": "HOST:PORT",
     "triton_http_url": "URL",
+    "lora_modules": "NAME=PATH[,base=MODEL][,server_path=PATH]",
+    "lora_dynamic_roots": "DIR",
+    "admin_api_keys": "KEY",
     "api_keys": "KEY",
     "cors_origins": "ORIGIN",
     "config_file": "FILE",

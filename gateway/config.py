@@ -19,7 +19,12 @@ from gateway.text.tool_calls.registry import MODEL_FORMATS
 Route = Literal["auto", "ensemble", "engine"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 # Settings whose flag differs from `--field-name` (repeatable, singular).
-FLAG_NAMES = {"triton_url": "--triton-url", "models": "--model", "key_rate_limits": "--key-rate-limit"}
+FLAG_NAMES = {
+    "triton_url": "--triton-url",
+    "models": "--model",
+    "key_rate_limits": "--key-rate-limit",
+    "lora_modules": "--lora",
+}
 # A gRPC target: HOST:PORT (IPv6 in brackets), or one of gRPC's own schemes (dns:, unix:, ...).
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):(\d{1,5})$")
 _GRPC_SCHEMES = ("dns:", "unix:", "unix-abstract:", "ipv4:", "ipv6:", "vsock:")
@@ -183,6 +188,48 @@ class KeyRateLimit(BaseModel):
         return cls.model_validate(ServedModel.spec_fields(spec))
 
 
+class LoraModule(BaseModel):
+    """One LoRA adapter served as a model (`NAME=PATH[,base=MODEL][,server_path=PATH]`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Model name clients send in `model` (or `BASE:NAME`).")
+    path: Path = Field(
+        description="The adapter directory: hf_lora_convert.py output (model.lora_weights.npy, "
+        "model.lora_config.npy) or a Hugging Face PEFT directory (adapter_config.json, "
+        "adapter_model.safetensors)."
+    )
+    base: str | None = Field(default=None, description="The served model it adapts; default: the only one.")
+    server_path: str | None = Field(
+        default=None,
+        description="The PEFT directory as the Triton server sees it, for the llmapi model (it loads "
+        "adapters itself).",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        from gateway.lora import check_name
+
+        return check_name(value)
+
+    @classmethod
+    def parse_spec(cls, spec: str) -> LoraModule:
+        """`my-adapter=/adapters/a,base=tiny` -> LoraModule."""
+        return cls.model_validate(cls.spec_fields(spec))
+
+    @staticmethod
+    def spec_fields(spec: str) -> dict[str, Any]:
+        head, _, rest = spec.partition(",")
+        name, sep, path = head.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"LoRA spec {spec!r} does not start with NAME=PATH")
+        fields: dict[str, Any] = {"name": name.strip(), "path": path.strip()}
+        if rest:
+            fields.update(ServedModel.spec_fields(rest))
+        return fields
+
+
 def _spec_entries(value: Any) -> Any:
     """A list of `key=value,...` specs as the flags, the environment and YAML give it: a JSON array,
     one string of specs separated by `;` or newlines, or a list; each spec string becomes its fields."""
@@ -221,6 +268,27 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Served models, each as name=NAME,tokenizer=DIR,... (in the environment: "
         "several separated by `;`, or JSON)",
+    )
+    lora_modules: Annotated[list[LoraModule], NoDecode] = Field(
+        default_factory=list,
+        description="LoRA adapters served as models, each as NAME=PATH[,base=MODEL][,server_path=PATH] "
+        "(in the environment: several separated by `;`, or JSON)",
+    )
+    lora_max_bytes: int = Field(
+        default=1 << 30,
+        ge=1,
+        description="LoRA adapter tensors kept in the gateway's memory; beyond it the least recently used "
+        "are dropped and read from their files again when next needed.",
+    )
+    lora_dynamic_roots: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="Directories POST /v1/load_lora_adapter may load adapters from (comma-separated in "
+        "the environment); none: dynamic loading is off. Needs admin_api_keys.",
+    )
+    admin_api_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Keys for the admin endpoints (/v1/load_lora_adapter, /v1/unload_lora_adapter; "
+        "comma-separated in the environment); none: those endpoints are off.",
     )
     config_file: Path | None = Field(default=None, description="YAML file with any of these settings.")
     log_level: LogLevel = Field(default="info", description="Logging level.")
@@ -420,7 +488,56 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown response store {value!r}; expected one of {', '.join(STORES)}")
         return value
 
-    @field_validator("triton_url", "triton_http_url", "api_keys", "cors_origins", mode="before")
+    @field_validator("lora_modules", mode="before")
+    @classmethod
+    def _lora_specs(cls, value: Any) -> Any:
+        if isinstance(value, (dict, LoraModule)):
+            value = [value]
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            value = [part for part in re.split(r"[;\n]", text) if part.strip()]
+        if isinstance(value, list):
+            return [LoraModule.spec_fields(v) if isinstance(v, str) else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _lora_bases(self) -> Settings:
+        names = {m.name for m in self.models}
+        seen: set[str] = set()
+        for adapter in self.lora_modules:
+            if adapter.name in names or adapter.name in seen:
+                raise ValueError(f"LoRA adapter name {adapter.name!r} is already a model or adapter name")
+            seen.add(adapter.name)
+            # `gateway dev` gives its model later; the app checks the base again then.
+            if self.models and adapter.base is not None and adapter.base not in names:
+                raise ValueError(
+                    f"LoRA adapter {adapter.name!r}: base {adapter.base!r} is not a served model"
+                )
+            if self.models and adapter.base is None and len(self.models) > 1:
+                raise ValueError(f"LoRA adapter {adapter.name!r}: name its base model (several are served)")
+        if self.lora_dynamic_roots and not self.admin_api_keys:
+            raise ValueError("lora_dynamic_roots needs admin_api_keys (loading adapters is an admin action)")
+        return self
+
+    def lora_base(self, adapter: LoraModule) -> str:
+        """The served model an adapter adapts."""
+        if adapter.base is not None:
+            return adapter.base
+        if len(self.models) != 1:
+            raise ValueError(f"LoRA adapter {adapter.name!r}: name its base model (base=MODEL)")
+        return self.models[0].name
+
+    @field_validator(
+        "triton_url",
+        "triton_http_url",
+        "api_keys",
+        "cors_origins",
+        "lora_dynamic_roots",
+        "admin_api_keys",
+        mode="before",
+    )
     @classmethod
     def _split_urls(cls, value: Any) -> Any:
         # Lists come from the environment as `a,b` (or JSON, as pydantic-settings writes them).

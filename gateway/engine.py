@@ -9,9 +9,9 @@ core's back.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,30 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LoraTensors:
+    """An adapter's backend tensors (`gateway.lora.AdapterTensors`): `weights` [N, W] float16,
+    `config` [N, 3] int32, and the task id derived from them."""
+
+    task_id: int
+    weights: Any
+    config: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LoraRequest:
+    """The LoRA adapter a request runs with. The engine sends `task_id` alone; when the backend
+    no longer holds the adapter it calls `tensors` (which may read the files again) and sends
+    the weights once more, then `on_miss` counts it."""
+
+    name: str
+    task_id: int
+    tensors: Callable[[], Awaitable[LoraTensors]]
+    # The adapter as the Triton server sees it (a PEFT directory), for models that load it there.
+    server_path: str | None = None
+    on_miss: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +92,8 @@ class GenerationRequest:
     # The request's priority (vLLM's convention: lower is more urgent, 0 the default), for an
     # engine that schedules by priority.
     priority: int = 0
+    # The LoRA adapter to run with (None: the base model).
+    lora: LoraRequest | None = None
 
 
 # Not frozen: one is made per streamed token, and a frozen dataclass's __init__ (object.__setattr__
@@ -126,6 +152,13 @@ class EngineInfo:
     # completion token count comes from.
     exact_stream: bool = True
     usage_source: str = ""
+    # Whether requests on this route can carry a LoRA adapter, and the engine's LoRA modules
+    # (`lora_target_modules` as module ids; None: not declared, any module is sent).
+    lora: bool = False
+    lora_target_modules: tuple[int, ...] | None = None
+    # Whether the model loads adapters itself from a path on the Triton server (the llmapi
+    # model's `lora_path`) rather than taking their weights in the request.
+    lora_by_server_path: bool = False
     # Whether the engine tokenizes the prompt text itself and adds the tokenizer's special tokens
     # (BOS): a BOS the chat template wrote is then left out of the text sent, and prompts are
     # counted with special tokens added, as the engine counts them.
@@ -155,3 +188,14 @@ class Engine(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class LoraRoutes(Protocol):
+    """An engine whose LoRA requests may need another route than its own (an ensemble that does
+    not pass LoRA inputs on: its engine model takes them)."""
+
+    async def lora_engine(self) -> Engine:
+        """The engine that serves this model's LoRA requests (ready), or raise a GatewayError
+        saying why none can."""
+        ...

@@ -151,6 +151,20 @@ class GatewayMetrics:
             ["reason"],
             registry=r,
         )
+        self.lora_cache_misses = Counter(
+            "gateway_lora_cache_misses",
+            "Requests whose LoRA adapter the engine no longer held (evicted, or a restarted Triton): "
+            "the gateway sent its weights again, by adapter.",
+            ["model"],
+            registry=r,
+        )
+        self.lora_loads = Counter(
+            "gateway_lora_loads",
+            "LoRA adapters read from their files (first use, or again after the gateway's memory "
+            "bound dropped them), by adapter.",
+            ["model"],
+            registry=r,
+        )
         self.endpoint_healthy = Gauge(
             "gateway_triton_endpoint_healthy",
             "1 while a Triton endpoint is taking requests, 0 while it is backed off.",

@@ -1,4 +1,4 @@
-"""The served models: name -> tokenizer + engine + limits."""
+"""The served models: name -> tokenizer + engine + limits; LoRA adapters are models over a base."""
 
 from __future__ import annotations
 
@@ -18,10 +18,13 @@ class ModelRuntime:
     tokenizer: Tokenizer
     engine: Engine
     created: int
+    # A LoRA adapter: its name (the model name clients use) and the base model it adapts.
+    adapter: str | None = None
+    parent: str | None = None
 
     @property
     def name(self) -> str:
-        return self.config.name
+        return self.adapter if self.adapter is not None else self.config.name
 
     @property
     def vocab_size(self) -> int:
@@ -40,31 +43,55 @@ SHOWN_NAMES = 20
 
 
 class ModelRegistry:
-    def __init__(self, models: Iterable[ModelRuntime]) -> None:
+    """Base models by name, and adapters by name or as `BASE:ADAPTER` (SGLang's spelling)."""
+
+    def __init__(self, models: Iterable[ModelRuntime], adapters: Iterable[ModelRuntime] = ()) -> None:
         self._models = {m.name: m for m in models}
+        self._adapters = {a.name: a for a in adapters}
 
     def get(self, name: str) -> ModelRuntime:
-        try:
-            runtime = self._models[name]
-        except KeyError:
+        runtime = self._models.get(name) or self._adapters.get(name)
+        if runtime is None:
+            base, sep, adapter = name.partition(":")
+            found = self._adapters.get(adapter) if sep else None
+            if found is not None and found.parent == base:
+                runtime = found
+        if runtime is None:
             raise ModelNotFoundError(
                 f"The model `{name}` does not exist or you do not have access to it. {self.served_names()}",
                 param="model",
             ) from None
         record = current_request.get()
         if record is not None:
-            record.model = name
+            record.model = runtime.name
         return runtime
 
     def served_names(self) -> str:
         """The served models as a sentence: what a client that named another should use."""
-        names = [f"`{name}`" for name in self._models]
+        names = [f"`{name}`" for name in [*self._models, *self._adapters]]
         shown = ", ".join(names[:SHOWN_NAMES])
         hidden = len(names) - SHOWN_NAMES
         more = f" and {hidden} more (GET /v1/models lists them)" if hidden > 0 else ""
         return f"This server serves {shown}{more}." if names else "This server serves no model."
 
+    def base(self, name: str) -> ModelRuntime | None:
+        return self._models.get(name)
+
+    def adapter(self, name: str) -> ModelRuntime | None:
+        return self._adapters.get(name)
+
+    def add_adapter(self, runtime: ModelRuntime) -> None:
+        self._adapters[runtime.name] = runtime
+
+    def remove_adapter(self, name: str) -> ModelRuntime | None:
+        return self._adapters.pop(name, None)
+
+    @property
+    def adapters(self) -> list[ModelRuntime]:
+        return list(self._adapters.values())
+
     def __iter__(self) -> Iterator[ModelRuntime]:
+        """The base models (what readiness and start-up introspection go over)."""
         return iter(self._models.values())
 
     def __len__(self) -> int:

@@ -24,11 +24,13 @@ E = TypeVar("E", bound=Loaded)
 class RouteRequest:
     """What a request tells the router: its prompt's token ids (empty when not tokenized), the
     engine's KV cache block size (None: unknown) and an affinity key keeping a conversation on one
-    endpoint (prompt_cache_key, a session header, the end user)."""
+    endpoint (prompt_cache_key, a session header, the end user), and the LoRA adapter's task id
+    (the engine keys KV blocks by it, and an endpoint that holds the adapter needs no reload)."""
 
     token_ids: Sequence[int] = ()
     block_size: int | None = None
     affinity: str | None = None
+    adapter: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,9 @@ is a shared prefix of k whole blocks. Each endpoint has a bounded index of the h
 way to the least loaded endpoint when the best match is busier than it by more than a margin and
 busier than the mean by a factor (a popular prefix then spreads over several endpoints), and an
 affinity key (prompt_cache_key, session, user) keeps a conversation where it started unless another
-endpoint holds more of its prompt.
+endpoint holds more of its prompt. A LoRA request's blocks are keyed by its adapter (the engine keys
+its KV blocks by task id), and among equal matches an endpoint that recently served the adapter
+(so holds it in its LoRA cache) is preferred, within the same load guard.
 """
 
 from __future__ import annotations
@@ -22,16 +24,23 @@ from collections.abc import Callable, Sequence
 from gateway.routing.base import E, RouteRequest, RoutingSettings, least_loaded
 
 
-def block_hashes(token_ids: Sequence[int], block_size: int) -> list[int]:
-    """Chained 64-bit hashes of the whole blocks of `token_ids` (a partial last block has none)."""
+def block_hashes(token_ids: Sequence[int], block_size: int, adapter: int | None = None) -> list[int]:
+    """Chained 64-bit hashes of the whole blocks of `token_ids` (a partial last block has none),
+    the chain started from the LoRA adapter's task id (0: the base model)."""
     hashes: list[int] = []
-    parent = 0
+    parent = adapter or 0
     whole = len(token_ids) - len(token_ids) % block_size
     for start in range(0, whole, block_size):
         block = struct.pack(f"<Q{block_size}i", parent, *token_ids[start : start + block_size])
         parent = int.from_bytes(hashlib.blake2b(block, digest_size=8).digest(), "little")
         hashes.append(parent)
     return hashes
+
+
+def adapter_marker(task_id: int) -> int:
+    """The index entry saying an endpoint recently served a LoRA adapter (never a block's hash:
+    another digest size)."""
+    return int.from_bytes(hashlib.blake2b(struct.pack("<Q", task_id), digest_size=7).digest(), "little")
 
 
 class BlockIndex:
@@ -90,20 +99,24 @@ class PrefixAware:
 
     def choose(self, endpoints: Sequence[E], request: RouteRequest) -> E:
         size = request.block_size or self._settings.block_size
-        hashes = block_hashes(request.token_ids, size) if request.token_ids else []
+        hashes = block_hashes(request.token_ids, size, request.adapter) if request.token_ids else []
+        marker = adapter_marker(request.adapter) if request.adapter else None
         matches = [self.index(e.url).matched_blocks(hashes) for e in endpoints]
         best = max(matches)
+        candidates = [e for e, m in zip(endpoints, matches, strict=True) if m == best]
+        if marker is not None:
+            # Among equal matches, those holding the adapter (no weights to send, no eviction).
+            holding = [e for e in candidates if self.index(e.url).matched_blocks((marker,))]
+            candidates = holding or candidates
         # The longest match; among equals, the least loaded.
-        chosen = min(
-            (e for e, m in zip(endpoints, matches, strict=True) if m == best), key=lambda e: e.outstanding
-        )
+        chosen = min(candidates, key=lambda e: e.outstanding)
         pinned = self._pinned(endpoints, request.affinity)
         if pinned is not None and matches[endpoints.index(pinned)] == best:
             chosen = pinned
         lightest = least_loaded(endpoints)
         if self._overloaded(chosen, lightest, endpoints):
             chosen = lightest
-        self.index(chosen.url).add(hashes)
+        self.index(chosen.url).add(hashes if marker is None else [marker, *hashes])
         if request.affinity is not None:
             self._remember(request.affinity, chosen.url)
         return chosen

@@ -17,6 +17,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 
 from gateway.engine import EngineInfo
+from gateway.lora import parse_target_modules
 
 Route = Literal["ensemble", "engine"]
 # What a model entry asks for: "auto" takes the engine route when the ensemble's engine is served.
@@ -54,6 +55,9 @@ RETURN_PERF_METRICS = "return_perf_metrics"
 # executor): sent where a model declares it as FP32, in the executor's terms (see
 # tensors.engine_priority).
 PRIORITY = "priority"
+LORA_TASK_ID = "lora_task_id"
+LORA_WEIGHTS = "lora_weights"
+LORA_CONFIG = "lora_config"
 
 # Physical names per route; a tuple lists the names of one input across versions, newest first.
 _ENSEMBLE: dict[str, tuple[str, ...]] = {
@@ -97,6 +101,9 @@ _SHARED: dict[str, tuple[str, ...]] = {
     GUIDE_TYPE: ("guided_decoding_guide_type",),
     GUIDE: ("guided_decoding_guide",),
     PRIORITY: ("priority",),
+    LORA_TASK_ID: ("lora_task_id",),
+    LORA_WEIGHTS: ("lora_weights",),
+    LORA_CONFIG: ("lora_config",),
 }
 ROUTE_NAMES: dict[str, dict[str, tuple[str, ...]]] = {
     "ensemble": {**_SHARED, **_ENSEMBLE},
@@ -137,6 +144,8 @@ class TensorSpec:
     name: str
     triton_dtype: str
     np_dtype: type[np.generic]
+    # As declared, without the batch dimension.
+    dims: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +164,9 @@ class EngineSettings:
     # The engine's KV cache block size (`tokens_per_block`, see model_repo_templates/README.md):
     # the TensorRT-LLM backend does not report it, and reused blocks mean nothing without it.
     tokens_per_block: int | None = None
+    # The engine's `lora_target_modules` as module ids, where its config declares them (the CPU
+    # reference engine does; a TensorRT-LLM engine keeps them in its engine directory).
+    lora_target_modules: tuple[int, ...] | None = None
 
 
 def parameters(config: mc.ModelConfig) -> dict[str, str]:
@@ -184,6 +196,7 @@ def engine_settings(
         excludes_input=engine.get("exclude_input_in_output", "").lower() in _TRUE,
         exact_text_stream=(postprocessing or {}).get("text_output") == "token_bytes",
         tokens_per_block=_positive_int(engine.get(TOKENS_PER_BLOCK_PARAMETER, "")),
+        lora_target_modules=parse_target_modules(engine.get("lora_target_modules", "")),
     )
 
 
@@ -297,6 +310,17 @@ class Contract:
     def variant(self) -> str:
         return "legacy" if self.declared_inputs & LEGACY_NAMES else "current"
 
+    @property
+    def lora(self) -> bool:
+        """Whether requests can carry a LoRA adapter (the ensemble passes it on from v0.15)."""
+        return all(k in self.inputs for k in (LORA_TASK_ID, LORA_WEIGHTS, LORA_CONFIG))
+
+    @property
+    def lora_config_width(self) -> int:
+        """Columns of `lora_config`: 3, or 4 where the model declares the `is_dora` column."""
+        spec = self.inputs.get(LORA_CONFIG)
+        return 4 if spec is not None and spec.dims and spec.dims[-1] == 4 else 3
+
     def capabilities(self) -> EngineInfo:
         """What this model can do, in the Engine protocol's terms: the one place each capability is
         read off the contract (the adapter's `info`, `gateway check` and the start-up table)."""
@@ -321,6 +345,8 @@ class Contract:
             guided_backend=self.settings.guided_backend if self.guided_decoding else "",
             exact_stream=self.exact_stream(),
             usage_source=self.usage_source,
+            lora=self.lora,
+            lora_target_modules=self.settings.lora_target_modules,
         )
 
     def with_decoupled(self, decoupled: bool) -> Contract:
@@ -349,7 +375,9 @@ def _dtype_name(code: int) -> str:
 
 def read_contract(config: mc.ModelConfig, route: Route = "ensemble") -> Contract:
     declared = {
-        i.name: TensorSpec(i.name, _dtype_name(i.data_type), _NP_DTYPES.get(i.data_type, np.object_))
+        i.name: TensorSpec(
+            i.name, _dtype_name(i.data_type), _NP_DTYPES.get(i.data_type, np.object_), tuple(i.dims)
+        )
         for i in config.input
     }
     inputs: dict[str, TensorSpec] = {}

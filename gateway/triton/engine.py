@@ -20,8 +20,8 @@ from tritonclient.grpc import service_pb2
 
 from gateway import tracing
 from gateway.asyncutil import merge
-from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
-from gateway.errors import EngineUnavailableError, GatewayError
+from gateway.engine import Engine, EngineInfo, GenerationDelta, GenerationRequest, LoraTensors
+from gateway.errors import EngineError, EngineUnavailableError, GatewayError, InvalidRequestError
 from gateway.routing.base import RouteRequest
 from gateway.triton import contract as c
 from gateway.triton.connection import TritonConnection, is_connection_failure, rpc_error
@@ -40,6 +40,11 @@ from gateway.triton.tensors import (
 )
 
 logger = logging.getLogger(__name__)
+
+# The TensorRT-LLM backend's words for a task id it does not hold (every version since v0.9) and
+# for a LoRA cache whose adapters are all in use (older, then newer wording).
+LORA_NOT_CACHED = "not found in cache. Please send LoRA weights with request"
+LORA_CACHE_FULL = ("Cache is full. There are no done tasks to evict", "PEFT Cache is full")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,8 @@ class TritonAdapter:
         self._info: tuple[c.Contract, EngineInfo] | None = None
         self._lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
+        # LoRA requests of an ensemble that passes no LoRA inputs on go to its engine model.
+        self._lora_route: TritonAdapter | None = None
         # Why the last readiness check found the model unavailable (None: it was ready).
         self.unready_reason: str | None = None
 
@@ -250,6 +257,33 @@ class TritonAdapter:
         # The pool is shared by every model and closed by its owner.
         return None
 
+    async def lora_engine(self) -> Engine:
+        """This adapter where its model takes LoRA inputs; else, for an ensemble older than
+        TensorRT-LLM v0.15 (it passes none on), an adapter of its engine model on the engine route."""
+        await self.ensure_ready()
+        if self.contract.lora:
+            return self
+        choice = self.route_choice
+        if choice.route == "ensemble" and choice.engine:
+            if self._lora_route is None:
+                self._lora_route = TritonAdapter(
+                    self._pool, self._entry_model, "engine", engine_model=choice.engine
+                )
+            await self._lora_route.ensure_ready()
+            if self._lora_route.contract.lora:
+                return self._lora_route
+        raise InvalidRequestError(
+            f"Triton's {self._model!r} takes no LoRA inputs (lora_task_id, lora_weights, lora_config)"
+            + (
+                ", and no engine model that does is reachable (ensembles pass LoRA inputs on from "
+                "TensorRT-LLM v0.15; set engine_model or route=engine)"
+                if choice.route == "ensemble"
+                else " (its engine was built without the LoRA plugin?)"
+            ),
+            param="model",
+            code="lora_not_supported",
+        )
+
     # ------------------------------------------------------------------ generation
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
@@ -299,11 +333,23 @@ class TritonAdapter:
         strip = len(request.prompt_ids) if contract.repeats_prompt(request.stream) else 0
         single = not contract.decoupled
         block_size = contract.tokens_per_block or 0
-        route = RouteRequest(request.prompt_ids, contract.tokens_per_block, request.affinity)
+        lora = request.lora
+        route = RouteRequest(
+            request.prompt_ids,
+            contract.tokens_per_block,
+            request.affinity,
+            None if lora is None or not contract.lora else lora.task_id,
+        )
         tried: list[Endpoint] = []
+        # A LoRA request whose adapter the backend no longer holds goes again, once, with the
+        # adapter's weights, to the same endpoint.
+        lora_tensors: LoraTensors | None = None
+        resend: Endpoint | None = None
         while True:
-            endpoint = self._pool.pick(tried, route)
-            tried.append(endpoint)
+            endpoint = resend or self._pool.pick(tried, route)
+            if resend is None:
+                tried.append(endpoint)
+            resend = None
             first = True
             endpoint.begin()
             span = tracing.start_span(
@@ -332,6 +378,7 @@ class TritonAdapter:
                         seed=seed,
                         num_sequences=num_sequences,
                         stream=streaming,
+                        lora=lora_tensors,
                     )
                 responses = self._call(
                     endpoint, infer_request, single=single, request_id=triton_id, span=span
@@ -371,6 +418,29 @@ class TritonAdapter:
                         else None,
                     )
                 return
+            except EngineError as exc:
+                if lora is None or not first:
+                    raise
+                if LORA_NOT_CACHED in exc.message and lora_tensors is None:
+                    lora_tensors = await lora.tensors()
+                    if lora.on_miss is not None:
+                        lora.on_miss()
+                    logger.info(
+                        "LoRA adapter %s (task %d) not held by Triton at %s: sending its weights",
+                        lora.name,
+                        lora_tensors.task_id,
+                        endpoint.url,
+                    )
+                    infer_request = None
+                    resend = endpoint
+                    continue
+                if any(text in exc.message for text in LORA_CACHE_FULL):
+                    raise EngineUnavailableError(
+                        "The engine's LoRA cache is full of adapters that requests are using; retry shortly.",
+                        code="lora_cache_full",
+                        headers={"retry-after": "1"},
+                    ) from None
+                raise
             except _Failover as failure:
                 # Nothing reached the client yet: another endpoint can serve the request.
                 self._pool.failed(endpoint, failure.reason)

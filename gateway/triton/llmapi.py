@@ -175,6 +175,8 @@ class LlmapiContract:
             sampling=frozenset(
                 name for name in SAMPLING if name == "max_tokens" or SAMPLING_PREFIX + name in self.inputs
             ),
+            lora=self.lora,
+            lora_by_server_path=self.lora,
         )
 
 
@@ -259,6 +261,14 @@ def build_llmapi_request(
     _strings(out, TEXT_INPUT, [request.prompt_text])
     for name, value in input_values(contract, request, seed=seed).items():
         _scalar(out, name, contract.inputs[name], value)
+    lora = request.lora
+    if lora is not None and contract.lora and lora.server_path is not None:
+        # The model loads the adapter from the path itself (again after evicting it); the id is the
+        # gateway's content-derived task id, the same on every replica.
+        lora_id, lora_name, lora_path = LORA_INPUTS
+        _scalar(out, lora_id, contract.inputs[lora_id], lora.task_id)
+        _strings(out, lora_name, [lora.name])
+        _strings(out, lora_path, [lora.server_path])
     wanted = [TEXT_OUTPUT, FINISH_REASON]
     if contract.reports_cached_tokens:
         wanted.append(KV_CACHE_REUSED_BLOCK)

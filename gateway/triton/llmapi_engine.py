@@ -22,6 +22,7 @@ from gateway import tracing
 from gateway.asyncutil import merge
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineError, EngineUnavailableError, GatewayError
+from gateway.routing.base import RouteRequest
 from gateway.text.cumulative import CumulativeText, NotCumulativeError
 from gateway.triton.connection import is_connection_failure, rpc_error
 from gateway.triton.llmapi import (
@@ -129,9 +130,12 @@ class LlmapiAdapter:
         infer = build_llmapi_request(contract, request, request_id=request_id, seed=seed)
         single = not contract.decoupled
         silence = self._pool.stream_idle_s or DEFAULT_SILENCE_S
+        # The prefix policy keys blocks by adapter and prefers endpoints that hold it.
+        adapter = request.lora.task_id if request.lora is not None and contract.lora else None
+        route = RouteRequest(request.prompt_ids, None, request.affinity, adapter)
         tried: list[Endpoint] = []
         while True:
-            endpoint = self._pool.pick(tried)
+            endpoint = self._pool.pick(tried, route)
             tried.append(endpoint)
             endpoint.begin()
             span = tracing.start_span(

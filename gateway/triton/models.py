@@ -14,7 +14,7 @@ import grpc
 from tritonclient.grpc import model_config_pb2 as mc
 
 from gateway.config import ServedModel
-from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
+from gateway.engine import Engine, EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.triton import contract as c
 from gateway.triton.connection import rpc_error
@@ -138,6 +138,15 @@ class TritonModel:
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationDelta]:
         return self.adapter.generate(request)
+
+    async def lora_engine(self) -> Engine:
+        """The engine that serves this model's LoRA requests: the C++ adapter's choice (an ensemble
+        older than v0.15 sends them to its engine model), or the llmapi adapter itself."""
+        await self.ensure_ready()
+        adapter = self.adapter
+        if isinstance(adapter, TritonAdapter):
+            return await adapter.lora_engine()
+        return adapter
 
     async def close(self) -> None:
         if self._adapter is not None:

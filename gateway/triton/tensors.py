@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from gateway.engine import GenerationRequest, TokenLogprob
+from gateway.engine import GenerationRequest, LoraTensors, TokenLogprob
+from gateway.lora import cast_weights, config_columns
 from gateway.triton import contract as c
 
 _U32 = struct.Struct("<I")
@@ -178,8 +179,11 @@ def build_request(
     seed: int | None,
     num_sequences: int,
     stream: bool,
+    lora: LoraTensors | None = None,
 ) -> service_pb2.ModelInferRequest:
-    """The ModelInferRequest for the contract's route, with only the inputs the model declares."""
+    """The ModelInferRequest for the contract's route, with only the inputs the model declares.
+    A LoRA request sends its task id, and its weights only when `lora` gives them (the backend
+    asked for them: it does not hold the adapter)."""
     out = service_pb2.ModelInferRequest(model_name=contract.model, id=request_id)
     # Decoupled models then end every request with an empty response flagged final, so the
     # stream's end is explicit even when the engine sent its last token without the flag.
@@ -210,9 +214,26 @@ def build_request(
         _stop_words_list(out, specs[c.STOP_WORDS], end_ids)
     elif end_strings:
         _strings(out, specs[c.STOP_WORDS], end_strings)
+    if request.lora is not None and contract.lora:
+        _lora(out, contract, request.lora.task_id if lora is None else lora.task_id, lora)
     for name in outputs:
         out.outputs.add().name = name
     return out
+
+
+def _lora(
+    out: service_pb2.ModelInferRequest, contract: c.Contract, task_id: int, tensors: LoraTensors | None
+) -> None:
+    specs = contract.inputs
+    _scalar(out, specs[c.LORA_TASK_ID], task_id)
+    if tensors is None:
+        return
+    weights_spec = specs[c.LORA_WEIGHTS]
+    raw, dtype = cast_weights(tensors.weights, weights_spec.triton_dtype)
+    rows, width = tensors.weights.shape
+    _tensor(out, weights_spec.name, dtype, (1, rows, width), raw)
+    config = config_columns(tensors.config, contract.lora_config_width)
+    _tensor(out, specs[c.LORA_CONFIG].name, "INT32", (1, *config.shape), config.astype(np.int32).tobytes())
 
 
 # Python's type for each Triton dtype in a JSON body: Triton's parser refuses 1 for an FP32.
@@ -234,7 +255,10 @@ _JSON_TYPE: dict[str, type] = {
 
 def json_request_fits(contract: c.Contract, request: GenerationRequest) -> bool:
     """Whether Triton's HTTP generate_stream carries this request: not generation logits (top log
-    probabilities) nor a vocabulary-wide bias, which binary gRPC tensors carry far more cheaply."""
+    probabilities) nor a vocabulary-wide bias, which binary gRPC tensors carry far more cheaply,
+    nor a LoRA adapter (its weights, when the backend asks for them, are binary tensors too)."""
+    if request.lora is not None:
+        return False
     if request.logprobs is not None and request.logprobs > 0 and contract.top_logprobs:
         return False
     return not (request.logit_bias and contract.logit_bias)

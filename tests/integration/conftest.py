@@ -27,6 +27,7 @@ from tests.support.redis_server import redis_server, redis_url  # noqa: F401
 
 STARTUP_TIMEOUT_S = 600.0
 SYNTHETIC_STEP_MS = 20.0
+LORA_CACHE_ADAPTERS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,8 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
             # As `make run` serves (and production configurations do): KV cache reuse on.
             "enable_kv_cache_reuse": True,
             "tokens_per_block": DEV_TOKENS_PER_BLOCK,
+            # A LoRA cache this small makes evictions easy to reach (test_lora.py).
+            "lora_cache_adapters": LORA_CACHE_ADAPTERS,
         }
         if mode == "synthetic":
             variables["synthetic_step_ms"] = SYNTHETIC_STEP_MS

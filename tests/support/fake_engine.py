@@ -22,6 +22,8 @@ class FakeEngine:
     # Whether the engine reports log probabilities (and alternatives); they are scripted values.
     logprobs: bool = True
     logit_bias: bool = True
+    # Whether requests may carry a LoRA adapter.
+    lora: bool = True
     # It never looks at the prompt's ids: requests may go out before the prompt is tokenized.
     needs_prompt_ids: bool = False
     # Prompt tokens the engine says it reused from its KV cache (None: it does not report any).
@@ -59,6 +61,7 @@ class FakeEngine:
             logit_bias=self.logit_bias,
             needs_prompt_ids=self.needs_prompt_ids,
             cached_tokens=self.cached_tokens is not None,
+            lora=self.lora,
             adds_special_tokens=self.adds_special_tokens,
             counts_text=self.counts_text,
             sampling=self.sampling,

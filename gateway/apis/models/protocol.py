@@ -12,6 +12,9 @@ class Model(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
+    # vLLM's fields: a LoRA adapter's base model (`parent`) and what it is built on (`root`).
+    root: str | None = None
+    parent: str | None = None
 
 
 class ModelList(BaseModel):

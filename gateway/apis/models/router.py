@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 
 from gateway.apis.models.protocol import Model, ModelList
 from gateway.apis.openai.errors import ERROR_RESPONSES
-from gateway.core.models import ModelRegistry
+from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.errors import NotFoundError
 from gateway.http.services import service
 
@@ -16,7 +16,17 @@ router = APIRouter(responses=ERROR_RESPONSES)
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(request: Request) -> ModelList:
     registry = service(request, ModelRegistry)
-    return ModelList(data=[Model(id=m.name, created=m.created, owned_by="triton") for m in registry])
+    return ModelList(data=[_model(m) for m in [*registry, *registry.adapters]])
+
+
+def _model(runtime: ModelRuntime) -> Model:
+    return Model(
+        id=runtime.name,
+        created=runtime.created,
+        owned_by="triton",
+        root=runtime.parent or runtime.name,
+        parent=runtime.parent,
+    )
 
 
 # HEAD as for GET (probes), kept out of the OpenAPI document, which describes OpenAI's API.
@@ -30,5 +40,4 @@ async def retrieve_model(model: str, request: Request) -> Model:
             "Unknown request URL: GET /v1/models/ names no model. "
             "List models with GET /v1/models, or retrieve one with GET /v1/models/{model}."
         )
-    runtime = service(request, ModelRegistry).get(model)
-    return Model(id=runtime.name, created=runtime.created, owned_by="triton")
+    return _model(service(request, ModelRegistry).get(model))

@@ -12,6 +12,7 @@ Guided decoding (JSON, JSON schema, regex, EBNF) masks each step's logits with a
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import logging
@@ -233,6 +234,190 @@ class ResponseSink(Protocol):
     ) -> None: ...
 
 
+# TensorRT-LLM's LoRA module ids (LoraManager.LORA_MODULE_IDS) -> the Hugging Face Llama-style module
+# each adapts, as hf_lora_convert.py maps them (gate_proj is mlp_h_to_4h, up_proj mlp_gate).
+LORA_MODULES: dict[int, tuple[str, str]] = {
+    0: ("attn_qkv", "self_attn.qkv_proj"),
+    1: ("attn_q", "self_attn.q_proj"),
+    2: ("attn_k", "self_attn.k_proj"),
+    3: ("attn_v", "self_attn.v_proj"),
+    4: ("attn_dense", "self_attn.o_proj"),
+    5: ("mlp_h_to_4h", "mlp.gate_proj"),
+    6: ("mlp_4h_to_h", "mlp.down_proj"),
+    7: ("mlp_gate", "mlp.up_proj"),
+}
+LORA_MODULE_IDS = {name: module_id for module_id, (name, _) in LORA_MODULES.items()}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LoraInput:
+    """A request's LoRA inputs as received: the task id, and the weights and config when sent."""
+
+    task_id: int
+    weights: np.ndarray | None = None
+    config: np.ndarray | None = None
+
+
+@dataclass(eq=False)
+class LoraAdapter:
+    """One cached adapter: per (layer, module id), A [r, in] and B [out, r] (scaling folded in),
+    as tensors of the runner's dtype and device (numpy arrays in synthetic mode)."""
+
+    task_id: int
+    modules: dict[tuple[int, int], tuple[Any, Any]]
+    in_flight: int = 0
+
+
+class LoraCache:
+    """The engine's LoRA cache, with TensorRT-LLM's rules and words: an id sent with weights is
+    stored (the weights of an id already cached are ignored), an id alone must be cached, and a
+    full cache evicts the least recently used adapter no request is using, or refuses."""
+
+    def __init__(
+        self,
+        capacity: int,
+        shapes: dict[tuple[int, int], tuple[int, int]],
+        convert: Callable[[np.ndarray], Any],
+    ) -> None:
+        self.capacity = capacity
+        # (layer, module id) -> (in features, out features) of the modules adapters may adapt.
+        self._shapes = shapes
+        self._convert = convert
+        self._adapters: collections.OrderedDict[int, LoraAdapter] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.loads = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._adapters)
+
+    def __contains__(self, task_id: int) -> bool:
+        with self._lock:
+            return task_id in self._adapters
+
+    def acquire(self, lora: LoraInput) -> LoraAdapter:
+        """The request's adapter, pinned until ``release`` (or an EngineError in the backend's words)."""
+        with self._lock:
+            cached = self._adapters.get(lora.task_id)
+            if cached is not None:
+                cached.in_flight += 1
+                self._adapters.move_to_end(lora.task_id)
+                return cached
+            if lora.weights is None or lora.config is None:
+                raise EngineError(
+                    f"LoRA task {lora.task_id} not found in cache. Please send LoRA weights with request"
+                )
+        adapter = LoraAdapter(lora.task_id, self._modules(lora.weights, lora.config))
+        with self._lock:
+            cached = self._adapters.get(lora.task_id)
+            if cached is not None:
+                cached.in_flight += 1
+                return cached
+            while len(self._adapters) >= self.capacity:
+                idle = next((t for t, a in self._adapters.items() if a.in_flight == 0), None)
+                if idle is None:
+                    raise EngineError("Cache is full. There are no done tasks to evict")
+                del self._adapters[idle]
+                self.evictions += 1
+            adapter.in_flight = 1
+            self._adapters[lora.task_id] = adapter
+            self.loads += 1
+            return adapter
+
+    def release(self, adapter: LoraAdapter) -> None:
+        with self._lock:
+            adapter.in_flight -= 1
+
+    def _modules(self, weights: np.ndarray, config: np.ndarray) -> dict[tuple[int, int], tuple[Any, Any]]:
+        if weights.ndim == 3:
+            weights = weights.reshape(-1, weights.shape[-1])
+        if config.ndim == 3:
+            config = config.reshape(-1, config.shape[-1])
+        if weights.ndim != 2 or config.ndim != 2 or config.shape[1] not in (3, 4):
+            raise EngineError(
+                f"lora_weights must be [1, N, W] and lora_config [1, N, 3], got {list(weights.shape)} "
+                f"and {list(config.shape)}"
+            )
+        if weights.shape[0] != config.shape[0]:
+            raise EngineError("lora_weights and lora_config must have one row per module and layer")
+        modules: dict[tuple[int, int], tuple[Any, Any]] = {}
+        for row, values in enumerate(config.tolist()):
+            module_id, layer, rank = (int(v) for v in values[:3])
+            if len(values) > 3 and values[3]:
+                raise EngineError("DoRA adapters are not supported by the CPU reference engine")
+            shape = self._shapes.get((layer, module_id))
+            if shape is None:
+                name = LORA_MODULES.get(module_id, (str(module_id), ""))[0]
+                raise EngineError(
+                    f"LoRA module {name} of layer {layer} is not in this engine's lora_target_modules"
+                )
+            fan_in, fan_out = shape
+            if rank <= 0 or rank * (fan_in + fan_out) > weights.shape[1]:
+                raise EngineError(
+                    f"LoRA row {row}: rank {rank} does not fit a row of {weights.shape[1]} values "
+                    f"for a {fan_in}x{fan_out} module"
+                )
+            flat = np.asarray(weights[row], dtype=np.float32)
+            a = flat[: rank * fan_in].reshape(rank, fan_in)
+            b = flat[rank * fan_in : rank * (fan_in + fan_out)].reshape(fan_out, rank)
+            modules[(layer, module_id)] = (self._convert(a), self._convert(b))
+        return modules
+
+
+_PEFT_KEY = re.compile(r"layers\.(\d+)\.(self_attn|mlp)\.([A-Za-z_]+)\.lora_([AB])\.weight$")
+
+
+def read_peft_adapter(path: str, task_id: int) -> LoraInput:
+    """A Hugging Face PEFT LoRA directory as TensorRT-LLM's LoRA inputs (rows of A then B with the
+    scaling folded in, as hf_lora_convert.py writes them): how a model that loads adapters by path
+    (the llmapi model's ``lora_path``) gets the tensors this engine applies."""
+    import os
+
+    from safetensors.numpy import load_file
+
+    try:
+        with open(os.path.join(path, "adapter_config.json"), encoding="utf-8") as f:
+            settings = json.load(f)
+        tensors = load_file(os.path.join(path, "adapter_model.safetensors"))
+        rank, alpha = int(settings["r"]), float(settings.get("lora_alpha", settings["r"]))
+    except Exception as exc:
+        raise EngineError(f"cannot load the LoRA adapter at {path!r}: {exc}") from None
+    scale = alpha / rank**0.5 if settings.get("use_rslora") else alpha / rank
+    by_module = {f"{part}": module_id for module_id, (_, part) in LORA_MODULES.items()}
+    pairs: dict[tuple[int, int], dict[str, np.ndarray]] = collections.defaultdict(dict)
+    for key, value in tensors.items():
+        match = _PEFT_KEY.search(key)
+        if match is None:
+            continue
+        module_id = by_module.get(f"{match.group(2)}.{match.group(3)}")
+        if module_id is None:
+            raise EngineError(f"LoRA module {match.group(3)} has no TensorRT-LLM module id")
+        pairs[(module_id, int(match.group(1)))][match.group(4)] = value.astype(np.float32)
+    rows, config = [], []
+    for (module_id, layer), sides in sorted(pairs.items()):
+        a, b = sides["A"], sides["B"] * scale
+        rows.append(np.concatenate([a.reshape(-1), b.reshape(-1)]))
+        config.append([module_id, layer, a.shape[0]])
+    if not rows:
+        raise EngineError(f"no LoRA weights in {path!r}")
+    weights = np.zeros((1, len(rows), max(r.size for r in rows)), dtype=np.float16)
+    for i, row in enumerate(rows):
+        weights[0, i, : row.size] = row
+    return LoraInput(task_id, weights, np.asarray([config], dtype=np.int32))
+
+
+def parse_lora_target_modules(text: str) -> list[int]:
+    """The ``lora_target_modules`` parameter: TensorRT-LLM module names, comma-separated."""
+    ids = []
+    for name in (n.strip() for n in text.split(",")):
+        if not name:
+            continue
+        if name not in LORA_MODULE_IDS:
+            raise EngineError(f"unknown LoRA module {name!r}; known: {', '.join(LORA_MODULE_IDS)}")
+        ids.append(LORA_MODULE_IDS[name])
+    return ids
+
+
 @dataclass(eq=False)
 class RequestGroup:
     """One Triton request: ``len(prompts)`` batch rows x ``num_return_sequences`` sequences.
@@ -251,10 +436,17 @@ class RequestGroup:
     # TensorRT-LLM's executor priority: 0.0 to 1.0, higher first, 0.5 by default.
     priority: float = DEFAULT_PRIORITY
     arrival_ns: int = field(default_factory=time.time_ns)
+    # The LoRA inputs, and the cached adapter they resolved to (pinned while the request runs).
+    lora: LoraInput | None = None
+    adapter: LoraAdapter | None = None
     # Sequences not finished yet, and (non-streaming) sequences whose result is not sent yet.
     unfinished: int = 0
     unsent_results: int = 0
     closed: bool = False
+
+    @property
+    def task_id(self) -> int:
+        return self.lora.task_id if self.lora is not None else 0
 
 
 @dataclass(eq=False)
@@ -302,14 +494,15 @@ class StepStats:
     kv_cache: KvCacheStats | None = None
 
 
-def block_keys(tokens: Sequence[int], tokens_per_block: int) -> list[int]:
+def block_keys(tokens: Sequence[int], tokens_per_block: int, task_id: int = 0) -> list[int]:
     """Chained hashes of the whole blocks of ``tokens``: block i's key covers blocks 0..i.
 
     A block's key hashes its parent's key with its own tokens (as TensorRT-LLM's and vLLM's block
-    managers key their reuse trees), so equal keys mean equal prefixes, not just equal blocks.
+    managers key their reuse trees), so equal keys mean equal prefixes, not just equal blocks. The
+    chain starts from the LoRA task id (0: none): an adapter's blocks are never another's.
     """
     keys: list[int] = []
-    parent = 0
+    parent = task_id
     ids = np.asarray(tokens, dtype="<i4")
     for start in range(0, len(tokens) - tokens_per_block + 1, tokens_per_block):
         digest = hashlib.blake2b(
@@ -391,12 +584,12 @@ class KvCacheManager:
             reused_blocks=self._reused_total,
         )
 
-    def cached_prefix_blocks(self, prompt: Sequence[int]) -> int:
+    def cached_prefix_blocks(self, prompt: Sequence[int], task_id: int = 0) -> int:
         """How many whole blocks of ``prompt`` a request starting now would reuse."""
         if not self.reuse:
             return 0
         count = 0
-        for key in block_keys(prompt[: len(prompt) - 1], self.tokens_per_block):
+        for key in block_keys(prompt[: len(prompt) - 1], self.tokens_per_block, task_id):
             if key not in self._refs and key not in self._free_cached:
                 break
             count += 1
@@ -405,16 +598,16 @@ class KvCacheManager:
     def blocks_for(self, length: int) -> int:
         return -(-length // self.tokens_per_block)
 
-    def can_start(self, prompt: Sequence[int]) -> bool:
+    def can_start(self, prompt: Sequence[int], task_id: int = 0) -> bool:
         """Whether the prompt's context blocks fit beside the running sequences' blocks."""
-        needed = self.blocks_for(len(prompt)) - self.cached_prefix_blocks(prompt)
+        needed = self.blocks_for(len(prompt)) - self.cached_prefix_blocks(prompt, task_id)
         return self.used_blocks + needed <= self.max_blocks
 
-    def start(self, prompt: Sequence[int]) -> SequenceBlocks:
+    def start(self, prompt: Sequence[int], task_id: int = 0) -> SequenceBlocks:
         """Take the blocks of a prompt's context phase: its reused prefix and new blocks for the rest."""
-        reused = self.cached_prefix_blocks(prompt)
+        reused = self.cached_prefix_blocks(prompt, task_id)
         total = self.blocks_for(len(prompt))
-        keys = block_keys(prompt, self.tokens_per_block) if self.reuse else []
+        keys = block_keys(prompt, self.tokens_per_block, task_id) if self.reuse else []
         # The reused blocks first, so that making room cannot evict them.
         for key in keys[:reused]:
             self._ref(key)
@@ -436,12 +629,12 @@ class KvCacheManager:
             blocks.private += needed
             blocks.allocated += needed
 
-    def release(self, blocks: SequenceBlocks, tokens: Sequence[int]) -> None:
+    def release(self, blocks: SequenceBlocks, tokens: Sequence[int], task_id: int = 0) -> None:
         """A sequence ended. With reuse its computed whole blocks (``tokens`` but the last, whose KV
         was never computed) stay cached, the deepest evicted first; everything else is freed."""
         self._private -= blocks.private
         if self.reuse:
-            computed = block_keys(tokens[: len(tokens) - 1], self.tokens_per_block)
+            computed = block_keys(tokens[: len(tokens) - 1], self.tokens_per_block, task_id)
             if len(computed) < len(blocks.keys):
                 computed = blocks.keys
             for key in blocks.keys:
@@ -647,14 +840,91 @@ class TransformersRunner:
         self._values: list[Any] = []
         self._uids: list[int] = []
         self._pads: list[int] = []
+        # Each row's LoRA adapter (None: the base model), in ``_uids`` order.
+        self._row_adapters: list[LoraAdapter | None] = []
+        # During a forward: (adapter, its rows) for the modules' hooks; empty when no row has one.
+        self._lora_rows: list[tuple[LoraAdapter, Any]] = []
+        self.lora_shapes: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def enable_lora(self, module_ids: Sequence[int]) -> None:
+        """Hook the modules LoRA adapters may adapt (``lora_target_modules``) in every decoder layer;
+        each adds its rows' low-rank updates, x A^T B^T, to its output."""
+        layers = getattr(getattr(self.model, "model", None), "layers", None)
+        if layers is None:
+            raise EngineError("LoRA needs a decoder model with model.layers")
+        for layer_index, layer in enumerate(layers):
+            for module_id in module_ids:
+                module: Any = layer
+                for part in LORA_MODULES[module_id][1].split("."):
+                    module = getattr(module, part, None)
+                if module is None or not hasattr(module, "in_features"):
+                    raise EngineError(
+                        f"lora_target_modules names {LORA_MODULES[module_id][0]}, which this model "
+                        "does not have"
+                    )
+                self.lora_shapes[(layer_index, module_id)] = (
+                    int(module.in_features),
+                    int(module.out_features),
+                )
+                module.register_forward_hook(self._lora_hook(layer_index, module_id))
+
+    def lora_tensor(self, value: np.ndarray) -> Any:
+        return self._torch.from_numpy(np.ascontiguousarray(value)).to(self.device, dtype=self.model.dtype)
+
+    def _lora_hook(self, layer: int, module_id: int) -> Callable[..., Any]:
+        key = (layer, module_id)
+
+        def hook(module: Any, inputs: tuple[Any, ...], output: Any) -> Any:
+            if not self._lora_rows:
+                return None
+            x = inputs[0]
+            for adapter, rows in self._lora_rows:
+                pair = adapter.modules.get(key)
+                if pair is None:
+                    continue
+                a, b = pair
+                if rows is None:
+                    output = output + (x @ a.T) @ b.T
+                else:
+                    output = output.index_add(0, rows, (x.index_select(0, rows) @ a.T) @ b.T)
+            return output
+
+        return hook
+
+    @contextlib.contextmanager
+    def _lora(self, adapters: Sequence[LoraAdapter | None]) -> Any:
+        """The rows of the next forward and their adapters (rows in batch order)."""
+        if not any(a is not None for a in adapters):
+            yield
+            return
+        distinct = {id(a): a for a in adapters if a is not None}
+        if len(distinct) == 1 and all(a is not None for a in adapters):
+            self._lora_rows = [(next(iter(distinct.values())), None)]
+        else:
+            torch = self._torch
+            self._lora_rows = [
+                (
+                    adapter,
+                    torch.tensor([i for i, a in enumerate(adapters) if a is adapter], dtype=torch.long).to(
+                        self.device
+                    ),
+                )
+                for adapter in distinct.values()
+            ]
+        try:
+            yield
+        finally:
+            self._lora_rows = []
 
     @property
     def batch_size(self) -> int:
         return len(self._uids)
 
-    def prefill(self, prompt: list[int], want_context_logits: bool) -> tuple[Any, np.ndarray | None, Any]:
+    def prefill(
+        self, prompt: list[int], want_context_logits: bool, adapter: LoraAdapter | None = None
+    ) -> tuple[Any, np.ndarray | None, Any]:
         torch = self._torch
-        with torch.inference_mode():
+        with torch.inference_mode(), self._lora([adapter]):
             ids = torch.tensor([prompt], dtype=torch.long)
             out = self.model(input_ids=ids if self.on_cpu else ids.to(self.device), use_cache=True)
         kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
@@ -665,7 +935,10 @@ class TransformersRunner:
         return (last if self.on_cpu else last.cpu()), context, kv
 
     def prefill_batch(
-        self, prompts: list[list[int]], want_context_logits: list[bool]
+        self,
+        prompts: list[list[int]],
+        want_context_logits: list[bool],
+        adapters: Sequence[LoraAdapter | None] = (),
     ) -> tuple[Any, list[np.ndarray | None], Any, list[int]]:
         """One forward of several prompts, left-padded to the longest: their last logits ([n, vocab]
         float32 on the host, one transfer), context logits where asked, the KV cache ([n, ...], padded)
@@ -680,7 +953,7 @@ class TransformersRunner:
             mask[row, pad:] = 1
         positions = (torch.arange(width)[None, :] - torch.tensor(pads)[:, None]).clamp(min=0)
         want_any = any(want_context_logits)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._lora(adapters or [None] * len(prompts)):
             out = self.model(
                 input_ids=ids.to(self.device, non_blocking=True),
                 attention_mask=mask.to(self.device, non_blocking=True),
@@ -697,13 +970,20 @@ class TransformersRunner:
         ]
         return lasts, contexts, kv, pads
 
-    def add_rows(self, rows: list[tuple[int, list[int]]], kv: list[tuple[Any, Any]], pads: list[int]) -> None:
+    def add_rows(
+        self,
+        rows: list[tuple[int, list[int]]],
+        kv: list[tuple[Any, Any]],
+        pads: list[int],
+        adapters: Sequence[LoraAdapter | None] = (),
+    ) -> None:
         """Join sequences to the batch from a ``prefill_batch``: (row of kv, the uids continuing it)."""
         torch = self._torch
         index = [row for row, uids in rows for _ in uids]
         if not index:
             return
         uids = [uid for _, group in rows for uid in group]
+        self._row_adapters.extend(adapters[row] if adapters else None for row in index)
         new_pads = [pads[row] for row in index]
         picked = torch.tensor(index, dtype=torch.long).to(self.device)
         keys = [k.index_select(0, picked) for k, _ in kv]
@@ -726,9 +1006,10 @@ class TransformersRunner:
         self._pads = [p + grow_old for p in self._pads] + [p + grow_new for p in new_pads]
         self._uids.extend(uids)
 
-    def add(self, uids: list[int], kv: list[tuple[Any, Any]]) -> None:
+    def add(self, uids: list[int], kv: list[tuple[Any, Any]], adapter: LoraAdapter | None = None) -> None:
         torch = self._torch
         pad = torch.nn.functional.pad
+        self._row_adapters.extend([adapter] * len(uids))
         length = int(kv[0][0].shape[2])
         if not self._uids:
             self._keys = [k.expand(len(uids), -1, -1, -1).contiguous() for k, _ in kv]
@@ -761,7 +1042,9 @@ class TransformersRunner:
             return
         if not keep:
             self._keys, self._values, self._uids, self._pads = [], [], [], []
+            self._row_adapters = []
             return
+        self._row_adapters = [self._row_adapters[i] for i in keep]
         torch = self._torch
         index = torch.tensor(keep, dtype=torch.long)
         if not self.on_cpu:
@@ -805,7 +1088,7 @@ class TransformersRunner:
             mask = (columns[None, :] >= pads[:, None]).long()
             positions = (length - pads)[:, None]
         cache = DynamicCache(ddp_cache_data=list(zip(self._keys, self._values, strict=True)))
-        with torch.inference_mode():
+        with torch.inference_mode(), self._lora(self._row_adapters):
             out = self.model(
                 input_ids=input_ids,
                 attention_mask=mask,
@@ -866,6 +1149,7 @@ class Engine:
         on_step: Callable[[StepStats], None] | None = None,
         kv_cache: KvCacheManager | None = None,
         synthetic_prefill_s_per_token: float = 0.0,
+        lora_cache: LoraCache | None = None,
     ) -> None:
         if runner is None and not synthetic_candidates:
             raise ValueError("synthetic mode needs candidate token ids")
@@ -876,6 +1160,8 @@ class Engine:
         self._on_step = on_step
         self._kv = kv_cache
         self._prefill_s_per_token = synthetic_prefill_s_per_token
+        self.lora_cache = lora_cache
+        self._rejected = 0
         self._lock = threading.Condition()
         self._pending: collections.deque[RequestGroup] = collections.deque()
         self._stop_ids: set[str] = set()
@@ -920,6 +1206,17 @@ class Engine:
     def submit(self, group: RequestGroup) -> None:
         for prompt, params in zip(group.prompts, group.params, strict=True):
             self._check_request(prompt, params)
+        if group.lora is not None:
+            if self.lora_cache is None:
+                raise EngineError("LoRA is not enabled on this model (set its lora_target_modules parameter)")
+            try:
+                group.adapter = self.lora_cache.acquire(group.lora)
+            except EngineError as exc:
+                # The executor's wrapping of a request it cannot enqueue (TensorRT-LLM v0.19 and later).
+                self._rejected += 1
+                raise EngineError(
+                    f"Executor failed process requestId {self._rejected} due to the following error: {exc}"
+                ) from None
         group.unfinished = group.unsent_results = len(group.prompts) * group.num_return_sequences
         with self._lock:
             # Waiting requests start by priority, first come first served within one (as the
@@ -1044,7 +1341,7 @@ class Engine:
             if self._kv is not None:
                 for seq in done:
                     if seq.blocks is not None:
-                        self._kv.release(seq.blocks, seq.prompt + seq.generated)
+                        self._kv.release(seq.blocks, seq.prompt + seq.generated, seq.group.task_id)
             if self._runner is not None:
                 self._runner.remove(s.uid for s in done if s.in_runner)
             self._active = [s for s in self._active if not (s.finished or s.group.closed)]
@@ -1081,7 +1378,7 @@ class Engine:
                 group.unsent_results -= 1
                 tensors = self._tensors(seq, self._full_output(seq), streamed=False)
                 self._send(group, tensors, final=group.unsent_results == 0)
-        group.closed = True
+        self._mark_closed(group)
         self._completed += 1
 
     def _admit(self, stop_ids: set[str]) -> tuple[list[_Sequence], int, int]:
@@ -1098,7 +1395,11 @@ class Engine:
                 if busy and len(self._active) + len(admitted) + size > self._max_active:
                     break
                 # Like TensorRT-LLM's guaranteed_no_evict scheduler: wait for KV blocks to free up.
-                if busy and self._kv is not None and not all(self._kv.can_start(p) for p in group.prompts):
+                if (
+                    busy
+                    and self._kv is not None
+                    and not all(self._kv.can_start(p, group.task_id) for p in group.prompts)
+                ):
                     break
                 self._pending.popleft()
             if group.sink.is_cancelled():
@@ -1119,7 +1420,7 @@ class Engine:
                     if seq.group is group and seq.in_runner and self._runner is not None:
                         self._runner.remove([seq.uid])
                     if seq.group is group and seq.blocks is not None and self._kv is not None:
-                        self._kv.release(seq.blocks, seq.prompt)
+                        self._kv.release(seq.blocks, seq.prompt, seq.group.task_id)
                 admitted = [s for s in admitted if s.group is not group]
                 self._deferred = [d for d in self._deferred if d[0] is not group]
                 self._fail(group, f"prefill failed: {exc}")
@@ -1139,7 +1440,7 @@ class Engine:
             seqs.append(seq)
         if self._kv is not None:
             for seq in seqs:
-                seq.blocks = self._kv.start(prompt)
+                seq.blocks = self._kv.start(prompt, group.task_id)
         if self._runner is None:
             if self._prefill_s_per_token > 0:
                 # The context phase computes the prompt tokens whose KV cache was not reused.
@@ -1154,11 +1455,13 @@ class Engine:
             # On a GPU the context phases of a step run as one batched forward (_prefill_deferred).
             self._deferred.append((group, prompt, params, seqs))
             return seqs
-        last_logits, context, kv = self._runner.prefill(prompt, group.options.return_context_logits)
+        last_logits, context, kv = self._runner.prefill(
+            prompt, group.options.return_context_logits, group.adapter
+        )
         self._first_tokens(params, seqs, last_logits, context)
         live = [s for s in seqs if not s.finished]
         if live:
-            self._runner.add([s.uid for s in live], kv)
+            self._runner.add([s.uid for s in live], kv, group.adapter)
             for seq in live:
                 seq.in_runner = True
         return seqs
@@ -1191,6 +1494,7 @@ class Engine:
                 lasts, contexts, kv, pads = self._runner.prefill_batch(
                     [prompt for _, prompt, _, _ in chunk],
                     [group.options.return_context_logits for group, _, _, _ in chunk],
+                    [group.adapter for group, _, _, _ in chunk],
                 )
             except Exception as exc:
                 logger.exception("prefill failed")
@@ -1208,7 +1512,12 @@ class Engine:
                     failed[id(group)] = (group, f"prefill failed: {exc}")
                     continue
                 rows.append((i, [s for s in seqs if not s.finished]))
-            self._runner.add_rows([(i, [s.uid for s in live]) for i, live in rows], kv, pads)
+            self._runner.add_rows(
+                [(i, [s.uid for s in live]) for i, live in rows],
+                kv,
+                pads,
+                [group.adapter for group, _, _, _ in chunk],
+            )
             for _, live in rows:
                 for seq in live:
                     seq.in_runner = True
@@ -1219,7 +1528,7 @@ class Engine:
                 if seq.in_runner:
                     self._runner.remove([seq.uid])
                 if seq.blocks is not None and self._kv is not None:
-                    self._kv.release(seq.blocks, seq.prompt)
+                    self._kv.release(seq.blocks, seq.prompt, seq.group.task_id)
         for group, message in failed.values():
             self._fail(group, message)
         return [s for s in admitted if id(s.group) not in failed]
@@ -1400,7 +1709,7 @@ class Engine:
                 # Streaming ends with an empty final response once every sequence of the request is done.
                 if group.options.streaming:
                     self._send(group, None, final=True)
-                group.closed = True
+                self._mark_closed(group)
                 self._completed += 1
 
     def _full_output(self, seq: _Sequence) -> list[int]:
@@ -1450,6 +1759,9 @@ class Engine:
         return {name: value for name, value in tensors.items() if name in declared}
 
     def _send(self, group: RequestGroup, tensors: dict[str, np.ndarray] | None, *, final: bool) -> None:
+        if final:
+            # Before the client can see the end: its next request may need the cache slot.
+            self._release_lora(group)
         try:
             group.sink.send(tensors, final=final)
         except Exception:
@@ -1462,7 +1774,7 @@ class Engine:
         """End a request now: mark its sequences finished and send the final response."""
         if group.closed:
             return
-        group.closed = True
+        self._mark_closed(group)
         for seq in self._active:
             if seq.group is group and not seq.finished:
                 seq.finished = True
@@ -1471,6 +1783,16 @@ class Engine:
             group.sink.send(None, final=True, error=error)
         except Exception:
             logger.exception("sending the final response failed")
+
+    def _mark_closed(self, group: RequestGroup) -> None:
+        group.closed = True
+        self._release_lora(group)
+
+    def _release_lora(self, group: RequestGroup) -> None:
+        """The request is over: its LoRA adapter may be evicted again once no other request uses it."""
+        if group.adapter is not None and self.lora_cache is not None:
+            self.lora_cache.release(group.adapter)
+            group.adapter = None
 
     def _fail(self, group: RequestGroup, message: str) -> None:
         self._close(group, error=message)

@@ -22,6 +22,8 @@ from engine import (
     EngineError,
     GuidedDecoding,
     KvCacheManager,
+    LoraCache,
+    LoraInput,
     OutputOptions,
     RequestGroup,
     SamplingParams,
@@ -29,10 +31,11 @@ from engine import (
     TransformersRunner,
     check_engine_device,
     ordinary_token_ids,
+    parse_lora_target_modules,
 )
 
 # Inputs the stock contract declares that this engine cannot honour: a request using them gets an error.
-UNSUPPORTED_INPUTS = ("prompt_embedding_table", "lora_task_id", "lora_weights", "lora_config")
+UNSUPPORTED_INPUTS = ("prompt_embedding_table",)
 _TRUE = ("true", "1", "yes", "on")
 _METRICS_PERIOD_S = 0.01
 _LOG_PERIOD_S = 1.0
@@ -203,6 +206,7 @@ class TritonPythonModel:
                 self.guided_unavailable = f"xgrammar is not installed ({exc})"
                 pb_utils.Logger.log_warn(f"guided decoding disabled: {self.guided_unavailable}")
         self.kv_cache = self._kv_cache(config)
+        lora_cache = self._lora_cache(config, runner)
         self.engine = Engine(
             runner=runner,
             synthetic_candidates=candidates,
@@ -212,14 +216,17 @@ class TritonPythonModel:
             kv_cache=self.kv_cache,
             synthetic_prefill_s_per_token=float(_parameter(config, "synthetic_prefill_ms_per_token", "0"))
             / 1000.0,
+            lora_cache=lora_cache,
         )
         self.engine.start()
         where = "" if runner is None else f" device={runner.device} dtype={runner.dtype}"
         pb_utils.Logger.log_info(
-            f"CPU reference engine ready: mode={mode}{where} model_dir={model_dir} decoupled={self.decoupled} "
+            f"CPU reference engine ready: mode={mode}{where} model_dir={model_dir} "
+            f"decoupled={self.decoupled} "
             f"max_active_requests={max_active} guided_decoding_backend={guided_backend or 'none'} "
             f"kv_cache_reuse={self.kv_cache.reuse} tokens_per_block={self.kv_cache.tokens_per_block} "
-            f"kv_cache_blocks={self.kv_cache.max_blocks}"
+            f"kv_cache_blocks={self.kv_cache.max_blocks} "
+            f"lora_cache_adapters={lora_cache.capacity if lora_cache is not None else 'off'}"
         )
 
     @staticmethod
@@ -250,6 +257,25 @@ class TritonPythonModel:
             max_blocks=max_tokens // tokens_per_block,
             reuse=_parameter(config, "enable_kv_cache_reuse", "false").lower() in _TRUE,
         )
+
+    @staticmethod
+    def _lora_cache(config: dict[str, Any], runner: TransformersRunner | None) -> LoraCache | None:
+        """LoRA on the modules ``lora_target_modules`` names (empty: off), with a cache of
+        ``lora_cache_adapters`` adapters (small values make evictions easy to see in tests)."""
+        try:
+            modules = parse_lora_target_modules(_parameter(config, "lora_target_modules", ""))
+            capacity = int(_parameter(config, "lora_cache_adapters", "8"))
+        except (EngineError, ValueError) as exc:
+            raise pb_utils.TritonModelException(f"LoRA parameters: {exc}") from None
+        if not modules or runner is None:
+            return None
+        if capacity < 1:
+            raise pb_utils.TritonModelException("lora_cache_adapters must be >= 1")
+        try:
+            runner.enable_lora(modules)
+        except EngineError as exc:
+            raise pb_utils.TritonModelException(str(exc)) from None
+        return LoraCache(capacity, runner.lora_shapes, runner.lora_tensor)
 
     @staticmethod
     def _synthetic_candidates(model_dir: str) -> list[int]:
@@ -314,6 +340,8 @@ class TritonPythonModel:
             ("batched_tokens", "Tokens generated in steps shared by two or more sequences"),
             ("completed_requests", "Requests completed (not cancelled)"),
             ("cancelled_requests", "Requests dropped because the client cancelled them"),
+            ("lora_loads", "LoRA adapters stored in the engine's cache (sent with their weights)"),
+            ("lora_evictions", "LoRA adapters evicted from the engine's cache to make room"),
         ):
             family = pb_utils.MetricFamily(
                 name=f"trtllm_cpu_engine_{name}_total", description=text, kind=counter
@@ -368,6 +396,10 @@ class TritonPythonModel:
             "completed_requests": stats.completed_requests_total,
             "cancelled_requests": stats.cancelled_requests_total,
         }
+        lora = self.engine.lora_cache if hasattr(self, "engine") else None
+        if lora is not None:
+            totals["lora_loads"] = lora.loads
+            totals["lora_evictions"] = lora.evictions
         for name, total in totals.items():
             delta = total - self._published.get(f"total:{name}", 0)
             if delta:
@@ -470,7 +502,20 @@ class TritonPythonModel:
             num_return_sequences=num_return_sequences,
             request_id=request.request_id() or "",
             priority=priority,
+            lora=self._lora(request),
         )
+
+    @staticmethod
+    def _lora(request: Any) -> LoraInput | None:
+        """The LoRA inputs; weights without a task id are ignored, as the backend ignores them."""
+        task_id = _scalar(request, "lora_task_id", 0, None)
+        if task_id is None:
+            return None
+        weights = _input(request, "lora_weights")
+        config = _input(request, "lora_config")
+        if (weights is None) != (config is None):
+            raise EngineError("lora_weights and lora_config must be sent together")
+        return LoraInput(int(task_id), weights, config)
 
     def _guide(
         self, request: Any, row: int, compiled: dict[tuple[str, str], CompiledGuide]

@@ -58,9 +58,10 @@ ENSEMBLE_INPUTS: list[Row] = [
     ("embedding_bias_weights", "TYPE_FP32", [-1], BOTH),
     ("prompt_embedding_table", "TYPE_FP16", [-1, -1], BOTH),
     ("prompt_vocab_size", "TYPE_INT32", [1], BOTH),
-    ("lora_task_id", "TYPE_UINT64", [1], BOTH),
-    ("lora_weights", "TYPE_FP16", [-1, -1], BOTH),
-    ("lora_config", "TYPE_INT32", [-1, 3], BOTH),
+    # Passed on by the ensemble from v0.15 (the legacy variant stands for older ones).
+    ("lora_task_id", "TYPE_UINT64", [1], CURRENT),
+    ("lora_weights", "TYPE_FP16", [-1, -1], CURRENT),
+    ("lora_config", "TYPE_INT32", [-1, 3], CURRENT),
     ("guided_decoding_guide_type", "TYPE_STRING", [1], CURRENT),
     ("guided_decoding_guide", "TYPE_STRING", [1], CURRENT),
 ]

@@ -175,3 +175,60 @@ def test_the_key_file_gives_keys_their_own_limits_and_the_setting_wins(tmp_path:
         keys.write_text(line + "\n")
         with pytest.raises(ValueError, match=message):
             Settings(api_key_file=keys)
+
+
+def test_lora_adapters_come_from_flags_the_environment_and_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from gateway.config import LoraModule
+
+    args = build_parser().parse_args(
+        [
+            "serve",
+            "--model",
+            "name=tiny,tokenizer=/t",
+            "--lora",
+            "a=/adapters/a",
+            "--lora",
+            "b=/b,base=tiny,server_path=/srv/b",
+        ]
+    )
+    s = settings_from_args(args)
+    assert s.lora_modules == [
+        LoraModule(name="a", path=Path("/adapters/a")),
+        LoraModule(name="b", path=Path("/b"), base="tiny", server_path="/srv/b"),
+    ]
+    assert [s.lora_base(m) for m in s.lora_modules] == ["tiny", "tiny"]
+    monkeypatch.setenv("GATEWAY_LORA_MODULES", "a=/a; b=/b")
+    assert [m.name for m in Settings().lora_modules] == ["a", "b"]
+    monkeypatch.delenv("GATEWAY_LORA_MODULES")
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "lora_modules:\n  - c=/c,base=m\n  - {name: d, path: /d}\nmodels:\n  - name=m,tokenizer=/m\n"
+    )
+    assert [(m.name, m.base) for m in Settings.load(config_file=config).lora_modules] == [
+        ("c", "m"),
+        ("d", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("models", "lora", "needle"),
+    [
+        ([], ["../a=/a"], "is not allowed"),
+        ([], ["a"], "does not start with NAME=PATH"),
+        (["name=a,tokenizer=/a"], ["a=/x"], "already a model or adapter name"),
+        (["name=a,tokenizer=/a"], ["x=/x,base=b"], "is not a served model"),
+        (["name=a,tokenizer=/a", "name=b,tokenizer=/b"], ["x=/x"], "name its base model"),
+        ([], ["x=/x,colour=red"], "Extra inputs"),
+    ],
+)
+def test_bad_lora_specs_are_refused(models: list[str], lora: list[str], needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        Settings(models=models, lora_modules=lora)
+
+
+def test_dynamic_lora_roots_need_admin_keys(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs admin_api_keys"):
+        Settings(lora_dynamic_roots=[tmp_path])
+    assert Settings(lora_dynamic_roots=[tmp_path], admin_api_keys=["k"]).admin_api_keys == ["k"]

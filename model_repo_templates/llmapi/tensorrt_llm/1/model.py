@@ -26,7 +26,19 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
-from engine import Engine, KvCacheManager, OutputOptions, RequestGroup, SamplingParams, TransformersRunner
+from engine import (
+    LORA_MODULES,
+    Engine,
+    EngineError,
+    KvCacheManager,
+    LoraCache,
+    LoraInput,
+    OutputOptions,
+    RequestGroup,
+    SamplingParams,
+    TransformersRunner,
+    read_peft_adapter,
+)
 
 ERROR_PREFIX = "Error generating request: "
 CANCELLED = "Request cancelled by client"
@@ -115,6 +127,16 @@ class TritonPythonModel:
         runner = TransformersRunner(model_dir, int(stand_in.get("engine_threads", 1)))
         self.max_positions = runner.max_positions
         self._setup_metrics(args["model_name"], args["model_version"])
+        self.lora_cache: LoraCache | None = None
+        if "lora_id" in self.inputs:
+            # As the LLM API's PEFT cache: adapters loaded from lora_path, reloaded after eviction.
+            try:
+                runner.enable_lora(sorted(m for m in LORA_MODULES if m != 0))
+            except EngineError as exc:
+                pb_utils.Logger.log_warn(f"LoRA off: {exc}")
+            else:
+                capacity = int(stand_in.get("lora_cache_adapters", 8))
+                self.lora_cache = LoraCache(capacity, runner.lora_shapes, runner.lora_tensor)
         kv_cache = settings.get("kv_cache_config") or {}
         tokens_per_block = int(kv_cache.get("tokens_per_block", 32))
         self.engine = Engine(
@@ -124,6 +146,7 @@ class TritonPythonModel:
                 max_blocks=262144 // tokens_per_block,
                 reuse=bool(kv_cache.get("enable_block_reuse", True)),
             ),
+            lora_cache=self.lora_cache,
         )
         self.engine.start()
         self.lock = threading.Lock()
@@ -244,9 +267,9 @@ class TritonPythonModel:
             if word:
                 # Matched on token ids, as the LLM API matches them.
                 stops.append((word, tuple(self.tokenizer.encode(word, add_special_tokens=False))))
-        for name in ("lora_id", "lora_name", "lora_path", "image_url"):
-            if _input(request, name) is not None:
-                raise ValueError(f"{name} is not supported by the CPU stand-in")
+        if _input(request, "image_url") is not None:
+            raise ValueError("image_url is not supported by the CPU stand-in")
+        lora = self._lora(request)
         if top_k:
             sampled_k, sampled_p = int(top_k), float(top_p or 0.0)
         else:
@@ -294,8 +317,22 @@ class TritonPythonModel:
                 sink=_Sink(self, state),
                 declared_outputs=frozenset({"output_ids", "kv_cache_reused_blocks"}),
                 request_id=internal_id,
+                lora=lora,
             )
         )
+
+    def _lora(self, request: Any) -> LoraInput | None:
+        """lora_id, lora_name and lora_path together, as the LLM API's LoRARequest takes them: the
+        adapter from the cache, else loaded from the path (again after an eviction)."""
+        values = {name: _scalar(request, name) for name in ("lora_id", "lora_name", "lora_path")}
+        if all(v is None for v in values.values()):
+            return None
+        if any(v is None for v in values.values()) or self.lora_cache is None:
+            raise ValueError("lora_id, lora_name and lora_path must be given together")
+        task_id = int(values["lora_id"])
+        if task_id in self.lora_cache:
+            return LoraInput(task_id)
+        return read_peft_adapter(str(values["lora_path"]), task_id)
 
     def _cancellation_loop(self) -> None:
         """Like the model's own loop: every period, requests whose client went away are cancelled."""

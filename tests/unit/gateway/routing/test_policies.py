@@ -174,3 +174,30 @@ def test_the_config_takes_its_allowed_policies_from_the_registry() -> None:
         Settings(routing_policy="random")
     with pytest.raises(ValueError, match="routing policy must be one of"):
         make_policy("random")
+
+
+def test_an_adapters_blocks_are_its_own() -> None:
+    ids = list(range(64))
+    assert block_hashes(ids, 16, adapter=7) != block_hashes(ids, 16)
+    assert block_hashes(ids, 16, adapter=7) != block_hashes(ids, 16, adapter=8)
+    assert block_hashes(ids, 16, adapter=None) == block_hashes(ids, 16)
+    policy = _prefix()
+    a, b = Ep("a"), Ep("b")
+    assert policy.choose([a, b], RouteRequest(ids, 16)) is a
+    # The same prompt under an adapter shares no blocks with the base model's: the least loaded.
+    a.outstanding = 1
+    assert policy.choose([a, b], RouteRequest(ids, 16, adapter=7)) is b
+
+
+def test_an_endpoint_holding_the_adapter_is_preferred_within_the_load_guard() -> None:
+    policy = _prefix()
+    a, b = Ep("a"), Ep("b")
+    assert policy.choose([a, b], RouteRequest([1, 2, 3], 16, adapter=9)) is a
+    # A new prompt (no block matches anywhere) for the same adapter: where the adapter is.
+    a.outstanding, b.outstanding = 3, 0
+    assert policy.choose([a, b], RouteRequest(list(range(100, 140)), 16, adapter=9)) is a
+    # Another adapter goes to the least loaded.
+    assert policy.choose([a, b], RouteRequest(list(range(200, 240)), 16, adapter=10)) is b
+    # The load guard still gives way.
+    a.outstanding = 20
+    assert policy.choose([a, b], RouteRequest(list(range(300, 340)), 16, adapter=9)) is b
