@@ -446,6 +446,7 @@ def test_rows_are_in_order_and_each_holds_panels() -> None:
         "Triton",
         "Admission by priority",
         "Endpoints",
+        "LoRA adapters",
     ]
     kinds = [p["type"] for p in top]
     assert kinds[0] == "row" and kinds[-1] != "row"
