@@ -180,7 +180,7 @@ def request_deadline(limits: RequestLimits, header_s: float | None) -> float | N
     return min(options) if options else None
 
 
-def prompt_budget(
+async def prompt_budget(
     runtime: ModelRuntime,
     text: str,
     *,
@@ -195,35 +195,88 @@ def prompt_budget(
     When the engine does not need the ids and an upper bound on their count already proves every
     limit holds and fixes max_tokens, the ids are None: the request goes out first and the prompt
     is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
-    errors included."""
-    tokenizer = runtime.tokenizer
+    errors included. A long prompt is encoded off the event loop (Tokenizer.encode_async)."""
+    bounded = _bounded_budget(
+        runtime, text, requested=requested, param=param, prompt_param=prompt_param, limits=limits
+    )
+    if bounded is not None:
+        return None, bounded
+    ids = await runtime.tokenizer.encode_async(text, add_special_tokens=runtime.config.add_special_tokens)
+    return ids, _exact_budget(
+        runtime, len(ids), requested, param=param, prompt_param=prompt_param, limits=limits
+    )
+
+
+def prompt_budget_now(
+    runtime: ModelRuntime,
+    text: str,
+    *,
+    requested: int | None,
+    param: str,
+    prompt_param: str,
+    limits: RequestLimits,
+) -> tuple[list[int] | None, int]:
+    """`prompt_budget` on the calling thread, for callers that try many prompts in a row (fitting
+    a conversation by dropping items): each is mostly pieces already encoded."""
+    bounded = _bounded_budget(
+        runtime, text, requested=requested, param=param, prompt_param=prompt_param, limits=limits
+    )
+    if bounded is not None:
+        return None, bounded
+    ids = runtime.tokenizer.encode(text, add_special_tokens=runtime.config.add_special_tokens)
+    return ids, _exact_budget(
+        runtime, len(ids), requested, param=param, prompt_param=prompt_param, limits=limits
+    )
+
+
+def _requested(runtime: ModelRuntime, requested: int | None) -> int | None:
     if requested is None and runtime.max_model_len is None:
         # No context length to take the rest of: the model's default output limit, if it has one.
-        requested = runtime.config.default_max_tokens
+        return runtime.config.default_max_tokens
+    return requested
+
+
+def _bounded_budget(
+    runtime: ModelRuntime,
+    text: str,
+    *,
+    requested: int | None,
+    param: str,
+    prompt_param: str,
+    limits: RequestLimits,
+) -> int | None:
+    """max_tokens where a bound on the prompt's length proves every limit without its ids."""
+    requested = _requested(runtime, requested)
     # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
     # count must match what the engine sees.
-    add_special_tokens = runtime.config.add_special_tokens
-    if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
-        bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
-        if bound is not None:
-            try:
-                budget = resolve_max_tokens(
-                    requested,
-                    bound,
-                    runtime.max_model_len,
-                    param=param,
-                    prompt_param=prompt_param,
-                    limits=limits,
-                )
-            except InvalidRequestError:
-                pass  # Near a limit, or over it: the exact count decides, and names it.
-            else:
-                return None, _default_limit(runtime, requested, budget)
-    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    if runtime.engine.info.needs_prompt_ids or (requested is None and runtime.max_model_len is not None):
+        return None
+    bound = runtime.tokenizer.token_bound(text, add_special_tokens=runtime.config.add_special_tokens)
+    if bound is None:
+        return None
+    try:
+        budget = resolve_max_tokens(
+            requested, bound, runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
+        )
+    except InvalidRequestError:
+        return None  # Near a limit, or over it: the exact count decides, and names it.
+    return _default_limit(runtime, requested, budget)
+
+
+def _exact_budget(
+    runtime: ModelRuntime,
+    count: int,
+    requested: int | None,
+    *,
+    param: str,
+    prompt_param: str,
+    limits: RequestLimits,
+) -> int:
+    requested = _requested(runtime, requested)
     budget = resolve_max_tokens(
-        requested, len(ids), runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
+        requested, count, runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
     )
-    return ids, _default_limit(runtime, requested, budget)
+    return _default_limit(runtime, requested, budget)
 
 
 def _default_limit(runtime: ModelRuntime, requested: int | None, budget: int) -> int:
