@@ -75,7 +75,7 @@ class LongConfig:
     turn_tokens: int = 2000  # growth per turn in the mixed phase
     saturate_sizes: tuple[int, ...] = (32000, 62000)
     saturate_turn_tokens: int = 500
-    saturate_users: int = 8
+    saturate_users: int = 12
     long_max_tokens: int = 8
     step_ms: float = 20.0
     prefill_ms_per_token: float = 0.001  # ~1M prompt tokens/s of context phase
@@ -748,8 +748,9 @@ async def bench_tokenizer(
                             sizer,
                             rng,
                             f"{salt}-sat{label}{suffix}-{u}",
-                            start=size - 1500,
-                            end=size + 1500,
+                            # Growing by one turn per request up to the size, from three quarters of it.
+                            start=size * 3 // 4,
+                            end=size,
                             turn=cfg.saturate_turn_tokens,
                             add_special=add_special,
                         )

@@ -24,7 +24,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -80,6 +80,24 @@ class PieceCache:
             self._items.move_to_end(key)
             self.hits += 1
             return ids
+
+    def get_many(self, keys: Sequence[tuple[bool, str]]) -> dict[tuple[bool, str], list[int]]:
+        """The cached ones of `keys` (one lock for all: a long prompt has thousands of runs)."""
+        found: dict[tuple[bool, str], list[int]] = {}
+        items = self._items
+        with self._lock:
+            for key in keys:
+                ids = items.get(key)
+                if ids is not None:
+                    items.move_to_end(key)
+                    found[key] = ids
+            self.hits += len(found)
+            self.misses += len(set(keys)) - len(found)
+        return found
+
+    def put_many(self, entries: Iterable[tuple[tuple[bool, str], list[int]]]) -> None:
+        for key, ids in entries:
+            self.put(key, ids)
 
     def put(self, key: tuple[bool, str], ids: list[int]) -> None:
         cost = self.cost(key, ids)
@@ -143,6 +161,8 @@ class PromptEncoder:
         self._split: re.Pattern[str] | None = None
         self._anchor: tuple[str, int] | None = None
         self._split_ids: dict[str, int] = {}
+        self._token_text: dict[int, str] = {}
+        self._every_match_cuts = True
         # The ids the post-processor puts around a text with add_special_tokens (None: not a fixed
         # prefix and suffix, so such texts are encoded whole).
         self._specials: tuple[list[int], list[int]] | None = None
@@ -164,8 +184,11 @@ class PromptEncoder:
         if not clean:
             logger.info("tokenizer has no added tokens to cut prompts at: prompts are encoded whole")
             return
-        self._split = re.compile(_trie_pattern(sorted(raw)))
+        self._split = re.compile("(" + _trie_pattern(sorted(raw)) + ")")
         self._split_ids = clean
+        self._token_text = {i: t for t, i in clean.items()}
+        # Where every matched token is a cut, one re.split call cuts the whole text.
+        self._every_match_cuts = raw.keys() == clean.keys()
         anchor = min(clean, key=len)
         self._anchor = (anchor, clean[anchor])
         self._specials = self._find_specials()
@@ -209,22 +232,43 @@ class PromptEncoder:
         """`text` cut at the added tokens the tokenizer cuts it at."""
         out: list[Piece] = []
         pos = 0
+        for part in self._parts(text):
+            if isinstance(part, int):
+                token = self._token_text[part]
+                out.append(Piece(token, part, pos))
+                pos += len(token)
+            else:
+                out.append(Piece(part, None, pos))
+                pos += len(part)
+        return out
+
+    def _parts(self, text: str) -> list[str | int]:
+        """`text` cut into its runs of text (str, none empty) and added tokens (int ids), in order;
+        only the first part can start the text."""
         split = self._split
         if split is None:
-            return [Piece(text, None, 0)] if text else []
+            return [text] if text else []
+        ids = self._split_ids
+        out: list[str | int] = []
+        if self._every_match_cuts:
+            # re.split with a group: text, token, text, token, ..., text (one C call).
+            for i, part in enumerate(split.split(text)):
+                if i % 2:
+                    out.append(ids[part])
+                elif part:
+                    out.append(part)
+            return out
+        pos = 0
         for match in split.finditer(text):
-            token = match.group()
-            if not token:
-                continue
-            token_id = self._split_ids.get(token)
+            token_id = ids.get(match.group())
             if token_id is None:
                 continue  # matched (so nothing shorter inside it is cut at), but not a cut
             if match.start() > pos:
-                out.append(Piece(text[pos : match.start()], None, pos))
-            out.append(Piece(token, token_id, match.start()))
+                out.append(text[pos : match.start()])
+            out.append(token_id)
             pos = match.end()
         if pos < len(text):
-            out.append(Piece(text[pos:], None, pos))
+            out.append(text[pos:])
         return out
 
     def _encode_texts(self, keys: Sequence[tuple[bool, str]]) -> list[list[int]]:
@@ -245,40 +289,25 @@ class PromptEncoder:
         return out
 
     def _encode_pieces(self, text: str, add_special_tokens: bool, *, use_cache: bool = True) -> list[int]:
-        pieces = self.pieces(text)
-        found: dict[tuple[bool, str], list[int]] = {}
-        missing: list[tuple[bool, str]] = []
-        for piece in pieces:
-            if piece.token_id is not None:
-                continue
-            key = (piece.start == 0, piece.text)
-            if key in found:
-                continue
-            ids = self.cache.get(key) if use_cache else None
-            if ids is None:
-                missing.append(key)
-                found[key] = []
-            else:
-                found[key] = ids
+        parts = self._parts(text)
+        # A run of text is keyed by whether it starts the text (encoded bare) and by its text.
+        keys = [(i == 0, p) for i, p in enumerate(parts) if not isinstance(p, int)]
+        found = self.cache.get_many(keys) if use_cache else {}
+        missing = list(dict.fromkeys(k for k in keys if k not in found))
         if missing:
-            for key, ids in zip(missing, self._encode_texts(missing), strict=True):
-                found[key] = ids
-                if use_cache:
-                    self.cache.put(key, ids)
-        return self._join(pieces, found, add_special_tokens)
-
-    def _join(
-        self, pieces: Sequence[Piece], found: dict[tuple[bool, str], list[int]], add_special_tokens: bool
-    ) -> list[int]:
+            encoded = self._encode_texts(missing)
+            found.update(zip(missing, encoded, strict=True))
+            if use_cache:
+                self.cache.put_many(zip(missing, encoded, strict=True))
         out: list[int] = []
         if add_special_tokens:
             assert self._specials is not None
             out.extend(self._specials[0])
-        for piece in pieces:
-            if piece.token_id is not None:
-                out.append(piece.token_id)
+        for i, part in enumerate(parts):
+            if isinstance(part, int):
+                out.append(part)
             else:
-                out.extend(found[(piece.start == 0, piece.text)])
+                out.extend(found[(i == 0, part)])
         if add_special_tokens:
             assert self._specials is not None
             out.extend(self._specials[1])
