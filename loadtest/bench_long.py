@@ -879,11 +879,21 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
     return "\n".join(lines)
 
 
-async def run(cfg: LongConfig, out: Path) -> list[dict[str, Any]]:
+def write(out: Path, cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> str:
+    text = markdown(cfg, rows, started)
+    (out / "bench_long.md").write_text(text)
+    (out / "bench_long.json").write_text(
+        json.dumps({"config": asdict(cfg), "started": started, "rows": rows}, indent=2, default=str)
+    )
+    return text
+
+
+async def run(cfg: LongConfig, out: Path, started: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with start_stack(cfg, out / "work") as stack:
         for name, path in tokenizer_dirs(cfg, stack).items():
             rows.append(await bench_tokenizer(cfg, stack, name, path, out / "work"))
+            write(out, cfg, rows, started)  # each tokenizer's figures as soon as they are known
     return rows
 
 
@@ -933,15 +943,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(cfg.out_dir or f"results/long-{time.strftime('%Y%m%d-%H%M%S')}")
     (out / "work").mkdir(parents=True, exist_ok=True)
     try:
-        rows = asyncio.run(run(cfg, out))
+        rows = asyncio.run(run(cfg, out, started))
     except NotReady as exc:
         log.error("a server did not start: %s", exc)
         return 1
-    text = markdown(cfg, rows, started)
-    (out / "bench_long.md").write_text(text)
-    (out / "bench_long.json").write_text(
-        json.dumps({"config": asdict(cfg), "rows": rows}, indent=2, default=str)
-    )
+    text = write(out, cfg, rows, started)
     sys.stdout.write(text + "\n")
     log.info("results in %s/", out)
     failed = sum(sum(r["errors"].values()) for r in rows)
