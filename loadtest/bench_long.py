@@ -274,7 +274,9 @@ async def start_gateway(
     port = free_port()
     spec = (
         f"name=m,triton_model={stack.engine},tokenizer={tokenizer},route=engine,"
-        f"engine_model={stack.engine},tool_parser={TOOL_PARSERS.get(name, 'hermes')}"
+        f"engine_model={stack.engine},tool_parser={TOOL_PARSERS.get(name, 'hermes')},"
+        # The engine's context (the agent tiny model's), not the tokenizer's own (Gemma 3's: 32k).
+        "max_model_len=65536"
     )
     cmd = [
         sys.executable,

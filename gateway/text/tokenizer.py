@@ -202,7 +202,7 @@ class Tokenizer:
         """`apply_chat_template`, on a thread when the messages hold much text (the template is
         Python code: the loop then gets the GIL back every switch interval instead of waiting for
         the whole render)."""
-        if _text_size(messages) + _text_size(kwargs) <= RENDER_INLINE_CHARS:
+        if _text_size(messages, kwargs) <= RENDER_INLINE_CHARS:
             return self.apply_chat_template(messages, **kwargs)
         pool = self.encoder.pool if self.encoder is not None else None
         return await asyncio.get_running_loop().run_in_executor(
@@ -230,15 +230,11 @@ class Tokenizer:
         return str(rendered)
 
 
-def _text_size(value: Any) -> int:
-    """Characters of text in a JSON-like value (the messages a template renders), counted fast."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, Mapping):
-        return sum(_text_size(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return sum(_text_size(v) for v in value)
-    return 0
+def _text_size(messages: list[dict[str, Any]], kwargs: Mapping[str, Any]) -> int:
+    """About how much text a render writes, counted cheaply: the messages' string contents, and
+    any tool list counted as long (an agent's tools are thousands of tokens)."""
+    size = sum(len(c) for m in messages if isinstance(c := m.get("content"), str))
+    return size + (RENDER_INLINE_CHARS + 1 if kwargs.get("tools") else 0)
 
 
 _ENCODE_PROBES = ("Hello, world!", " two  spaces\nand a line", "ünïcödé 数字 123456", "")

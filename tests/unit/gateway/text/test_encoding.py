@@ -144,11 +144,11 @@ def _turn_markers(enc: PromptEncoder) -> tuple[str, str]:
 
 
 def test_the_piece_cache_is_bounded_by_bytes_least_recently_used_out() -> None:
-    cache = PieceCache(max_bytes=3 * PieceCache.cost((False, "x" * 10), list(range(10))))
+    cache = PieceCache(max_bytes=3 * PieceCache.cost((False, "x" * 10), tuple(range(10))))
     for i in range(3):
-        cache.put((False, f"{i}" * 10), list(range(10)))
+        cache.put((False, f"{i}" * 10), tuple(range(10)))
     assert cache.get((False, "0" * 10)) is not None  # 0 is now the most recently used
-    cache.put((False, "3" * 10), list(range(10)))
+    cache.put((False, "3" * 10), tuple(range(10)))
     assert cache.get((False, "1" * 10)) is None and cache.get((False, "0" * 10)) is not None
     assert cache.bytes <= cache.max_bytes and len(cache) == 3
 
