@@ -515,7 +515,9 @@ async def run_phase(
             if req is None:
                 assert short_messages is not None
                 return await gateway_chat(gw, short_messages, None, max_tokens, kind)
-            return await gateway_chat(gw, req.messages, req.tools, max_tokens, kind)
+            record = await gateway_chat(gw, req.messages, req.tools, max_tokens, kind)
+            record.prompt_tokens = len(req.ids)
+            return record
         assert direct is not None
         ids = short_ids if req is None else req.ids
         assert ids is not None

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import threading
 from collections import OrderedDict
@@ -159,9 +158,10 @@ class PromptEncoder:
         self._backend = backend
         self.inline_chars = inline_chars
         self.cache = PieceCache(cache_bytes)
-        self.pool = ThreadPoolExecutor(
-            max_workers=threads or min(4, os.cpu_count() or 1), thread_name_prefix="encode"
-        )
+        # Two threads: the Python part of the work (rendering, cutting, joining) is serialized by
+        # the GIL whatever the count, and every extra thread holding it is one more the event loop
+        # waits behind; the second overlaps one job's encode_batch (GIL released) with another's.
+        self.pool = ThreadPoolExecutor(max_workers=threads or 2, thread_name_prefix="encode")
         self._split: re.Pattern[str] | None = None
         self._anchor: tuple[str, int] | None = None
         self._split_ids: dict[str, int] = {}
