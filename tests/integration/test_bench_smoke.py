@@ -118,7 +118,7 @@ def test_make_bench_host_small(tmp_path: Path) -> None:
 
 def test_make_bench_long_quick(tmp_path: Path) -> None:
     # bench_long exits non-zero on any failed request.
-    out = run_bench("loadtest.bench_long", ["--quick", "--out", "results"], tmp_path)
+    out = run_bench("loadtest.bench_long", ["--quick", "--phase-s", "1", "--out", "results"], tmp_path)
     data = json.loads((tmp_path / "results" / "bench_long.json").read_text())
     (row,) = data["rows"]
     assert row["mixed_long_requests"] > 0 and row["saturate"], out
