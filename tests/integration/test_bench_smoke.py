@@ -80,8 +80,9 @@ def test_make_bench_routing_quick(tmp_path: Path) -> None:
         ],
         tmp_path,
     )
-    data = json.loads((tmp_path / "results" / "bench_routing.json").read_text())
-    assert "round_robin" in out and data
+    rows = json.loads((tmp_path / "results" / "bench_routing.json").read_text())["rows"]
+    assert [(r["workload"], r["policy"]) for r in rows] == [("control", "round_robin")], out
+    assert rows[0]["requests"] > 0 and rows[0]["errors"] == 0, rows
 
 
 def test_make_bench_host_small(tmp_path: Path) -> None:
