@@ -8,18 +8,22 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test lint typecheck check bench bench-routing bench-host bench-long host-bundle native-engine soak claude-code codex clean
+.PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host bench-long host-bundle native-engine soak claude-code codex clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[engine,otel,loadtest,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[engine,otel,loadtest,dev,docs]'
 	touch $(STAMP)
 
 run: install
 	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000
+
+# The same with a CPU stand-in of TensorRT-LLM's llmapi Python model instead of the C++ repository.
+run-llmapi: install
+	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000 --engine llmapi
 
 test: install
 	$(PY) -m pytest -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)
@@ -34,6 +38,16 @@ typecheck: install
 	$(VENV)/bin/mypy
 
 check: lint typecheck
+
+# The documentation site (mkdocs.yml, docs/) into site/. Strict: a warning (a broken link, an
+# unknown anchor, a page the configuration names that is missing) fails the build. The reference
+# tables (settings, model keys, metrics) are generated from the code as the pages are built.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The site on http://127.0.0.1:8008, rebuilt as pages change.
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8008
 
 # ~16 min: 3 rounds, each level measured on every target back to back; cells are medians. BENCH_ARGS="--quick" (1 short round), "--repeat 5", ...
 bench: install
@@ -90,4 +104,4 @@ soak: install
 	$(PY) -m pytest -m soak $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build site *.egg-info

@@ -32,7 +32,14 @@ from types import TracebackType
 from typing import Final
 
 from deploy import native_engine
-from deploy.model_repo import ModelRepoError, parse_assignments, render_repository
+from deploy.model_repo import (
+    LLMAPI_PROFILES,
+    LlmapiSettings,
+    ModelRepoError,
+    parse_assignments,
+    render_llmapi_repository,
+    render_repository,
+)
 from deploy.tiny_model import ALL_KINDS, DEV_KIND, build_tiny_model, default_cache_root
 
 logger = logging.getLogger(__name__)
@@ -377,7 +384,7 @@ class TritonServer:
                 self.http_send_buffer_applied, self._holds_send_buffers = in_force, held
                 if held:
                     logger.info(
-                        "net.core.wmem_default at %d while tritonserver starts (back once it is ready)",
+                        "net.core.wmem_default at %d while tritonserver starts (restored once it is up)",
                         self._http_send_buffer,
                     )
                 if not self.http_send_buffer_applied:
@@ -573,6 +580,31 @@ def prepare_dev_repository(
     return DevRepository(path, Path(model_dir), variant, engine_mode, f"{prefix}ensemble")
 
 
+def prepare_llmapi_repository(
+    out_dir: Path,
+    *,
+    model_dir: Path | None = None,
+    profile: str = "current",
+    decoupled: bool = True,
+    tokenizer_kind: str = DEV_KIND,
+    cache_root: Path | None = None,
+) -> DevRepository:
+    """Render the CPU stand-in of TensorRT-LLM's llmapi model into ``out_dir`` (replacing it), under
+    upstream's model name ``tensorrt_llm``."""
+    if model_dir is None:
+        model_dir = build_tiny_model(tokenizer_kind, cache_root=cache_root)
+    settings = LlmapiSettings(
+        model=str(model_dir),
+        profile=profile,
+        decoupled=decoupled,
+        stand_in=True,
+        # Small blocks, so that the tiny model's short prompts show their reuse (cached_tokens).
+        tokens_per_block=DEV_TOKENS_PER_BLOCK,
+    )
+    path = render_llmapi_repository(out_dir, settings, overwrite=True)
+    return DevRepository(path, Path(model_dir), f"llmapi {profile}", "llmapi", settings.name)
+
+
 def engine_variables(device: str | None, dtype: str | None) -> dict[str, object]:
     """The template variables of the reference engine's device and dtype (only those given)."""
     values: dict[str, object] = {}
@@ -610,6 +642,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="the model's dtype (engine_dtype; auto: float32 on cpu, bfloat16 on cuda)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("cpp", "llmapi"),
+        default="cpp",
+        help="cpp: the C++ repository (ensemble and tensorrt_llm model) on the CPU reference engine; "
+        "llmapi: a CPU stand-in of TensorRT-LLM's llmapi Python model",
+    )
+    parser.add_argument(
+        "--llmapi-profile",
+        choices=LLMAPI_PROFILES,
+        default="current",
+        help="with --engine llmapi: which model.py it behaves as (current: streams per step; v1.2: "
+        "TensorRT-LLM 1.2.x, one response per stream)",
+    )
+    parser.add_argument(
+        "--llmapi-decoupled",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --engine llmapi: whether the model is decoupled (streams)",
+    )
     parser.add_argument("--grpc-port", type=int, default=None)
     parser.add_argument("--http-port", type=int, default=None)
     parser.add_argument("--metrics-port", type=int, default=None)
@@ -623,17 +675,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_work_dir = args.work_dir is None
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="devstack-", dir=_devstack_root()))
     try:
-        repo = prepare_dev_repository(
-            work_dir / "model_repository",
-            model_dir=args.model_dir,
-            variant=args.variant,
-            engine_mode=args.engine_mode,
-            tokenizer_kind=args.tokenizer_kind,
-            variables={
-                **engine_variables(args.engine_device, args.engine_dtype),
-                **parse_assignments(args.assignments),
-            },
-        )
+        if args.engine == "llmapi":
+            repo = prepare_llmapi_repository(
+                work_dir / "model_repository",
+                model_dir=args.model_dir,
+                profile=args.llmapi_profile,
+                decoupled=args.llmapi_decoupled,
+                tokenizer_kind=args.tokenizer_kind,
+            )
+        else:
+            repo = prepare_dev_repository(
+                work_dir / "model_repository",
+                model_dir=args.model_dir,
+                variant=args.variant,
+                engine_mode=args.engine_mode,
+                tokenizer_kind=args.tokenizer_kind,
+                variables={
+                    **engine_variables(args.engine_device, args.engine_dtype),
+                    **parse_assignments(args.assignments),
+                },
+            )
     except ModelRepoError as exc:
         logger.error("%s", exc)
         if own_work_dir:

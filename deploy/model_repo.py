@@ -7,6 +7,9 @@ token clock in C, ``engines/native/``), for the gateway's engine route.
 --set key=value ...`` and ``python -m deploy.model_repo variables``. Every rendered ``config.pbtxt`` is
 parsed into Triton's ``ModelConfig`` protobuf and the ensemble wiring is checked before anything is
 moved into place.
+
+``python -m deploy.model_repo render-llmapi --model HF_MODEL --out DIR ...`` renders a repository for
+TensorRT-LLM's llmapi Python model instead (config.pbtxt and model.yaml).
 """
 
 from __future__ import annotations
@@ -803,6 +806,140 @@ def render_repository(
     return out_dir
 
 
+LLMAPI_PROFILES: Final = ("current", "v1.2")
+LLMAPI_TEMPLATE: Final = TEMPLATES_DIR / "llmapi" / "tensorrt_llm"
+_MODEL_NAME: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class LlmapiSettings:
+    """One llmapi model repository: what model.yaml says (the LLM API's arguments, with Triton's
+    `triton_config`) and how the repository is made."""
+
+    # A Hugging Face model id or a local directory (the stand-in: a local directory).
+    model: str
+    name: str = "tensorrt_llm"
+    # `current` (upstream main: LoRA by path, images) or `v1.2` (TensorRT-LLM 1.2.x's config).
+    profile: str = "current"
+    decoupled: bool = True
+    backend: str = "pytorch"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    # The LLM API's batch limit (model.yaml's max_batch_size; Triton's own stays 0: no batch dimension).
+    max_batch_size: int = 64
+    enable_kv_cache_reuse: bool = True
+    free_gpu_memory_fraction: float = 0.9
+    # The CPU stand-in (our model.py over the CPU reference engine) instead of upstream's model.py.
+    stand_in: bool = False
+    # The KV cache block size, written to model.yaml and as the config parameter the gateway reads
+    # it from (to report cached prompt tokens); None: the LLM API's default, not reported.
+    tokens_per_block: int | None = None
+
+    def model_yaml(self) -> str:
+        data: dict[str, object] = {
+            "model": self.model,
+            "backend": self.backend,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "max_batch_size": self.max_batch_size,
+            "kv_cache_config": {
+                "enable_block_reuse": self.enable_kv_cache_reuse,
+                "free_gpu_memory_fraction": self.free_gpu_memory_fraction,
+                **({} if self.tokens_per_block is None else {"tokens_per_block": self.tokens_per_block}),
+            },
+            "triton_config": {"max_batch_size": 0, "decoupled": self.decoupled},
+        }
+        if self.stand_in:
+            data["cpu_stand_in"] = {"profile": self.profile, "engine_threads": 1}
+        import yaml
+
+        return (
+            "# The LLM API's arguments (tensorrt_llm.LLM) and Triton's (triton_config).\n"
+            + yaml.safe_dump(data, sort_keys=False)
+        )
+
+
+def render_llmapi_repository(
+    out_dir: Path, settings: LlmapiSettings, *, upstream: Path | None = None, overwrite: bool = False
+) -> Path:
+    """Render an llmapi model repository: ``<name>/config.pbtxt`` and ``<name>/1/model.yaml``, with
+    the stand-in's code, or upstream's model files copied unchanged from ``upstream`` (the
+    ``tensorrt_llm`` directory of ``triton_backend/all_models/llmapi`` in a TensorRT-LLM checkout or
+    container); without either, ``1/`` holds model.yaml alone for upstream's files to join. Returns
+    the repository directory."""
+    if settings.profile not in LLMAPI_PROFILES:
+        raise ModelRepoError(f"profile must be one of {', '.join(LLMAPI_PROFILES)}, got {settings.profile!r}")
+    if not _MODEL_NAME.match(settings.name):
+        raise ModelRepoError(f"model name {settings.name!r} must be letters, digits, '_', '.' or '-'")
+    if settings.tokens_per_block is not None and settings.tokens_per_block < 1:
+        raise ModelRepoError("tokens_per_block must be >= 1")
+    if (
+        settings.tensor_parallel_size < 1
+        or settings.pipeline_parallel_size < 1
+        or settings.max_batch_size < 1
+    ):
+        raise ModelRepoError("tensor_parallel_size, pipeline_parallel_size and max_batch_size must be >= 1")
+    if settings.stand_in and upstream is not None:
+        raise ModelRepoError("the stand-in and upstream's model files exclude each other")
+    out_dir = Path(out_dir).absolute()
+    if out_dir.exists() and not overwrite and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ModelRepoError(f"{out_dir} exists and is not empty (pass overwrite=True / --overwrite)")
+    if upstream is not None and not (Path(upstream) / "config.pbtxt").is_file():
+        raise ModelRepoError(f"{upstream} has no config.pbtxt: not upstream's llmapi tensorrt_llm directory")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.render-", dir=out_dir.parent))
+    try:
+        model_dir = staging / settings.name
+        if upstream is not None:
+            shutil.copytree(upstream, model_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            config_file = model_dir / "config.pbtxt"
+            config = parse_model_config(config_file.read_text(), source=str(config_file))
+            # Renamed only when asked for another name; everything else stays upstream's.
+            if config.name != settings.name:
+                text = re.sub(
+                    r'^name:\s*"[^"]*"',
+                    f'name: "{settings.name}"',
+                    config_file.read_text(),
+                    count=1,
+                    flags=re.M,
+                )
+                config_file.write_text(text)
+        else:
+            template = LLMAPI_TEMPLATE / "config.pbtxt"
+            values = {"name": settings.name, "decoupled": settings.decoupled, "variant": settings.profile}
+            text = render_text(template.read_text(), values, source="llmapi/tensorrt_llm/config.pbtxt")
+            (model_dir / "1").mkdir(parents=True)
+            (model_dir / "config.pbtxt").write_text(text)
+            if settings.stand_in:
+                shutil.copyfile(LLMAPI_TEMPLATE / "1" / "model.py", model_dir / "1" / "model.py")
+                shutil.copyfile(
+                    TEMPLATES_DIR / "tensorrt_llm" / "1" / "engine.py", model_dir / "1" / "engine.py"
+                )
+        (model_dir / "1").mkdir(exist_ok=True)
+        (model_dir / "1" / "model.yaml").write_text(settings.model_yaml())
+        if settings.tokens_per_block is not None:
+            with (model_dir / "config.pbtxt").open("a") as config_file:
+                block = settings.tokens_per_block
+                config_file.write(
+                    "\n# model.yaml's kv_cache_config.tokens_per_block, for the gateway.\n"
+                    f'parameters {{ key: "tokens_per_block" value {{ string_value: "{block}" }} }}\n'
+                )
+        load_model_configs(staging)
+        staging.chmod(0o755)
+        if out_dir.exists():
+            retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            out_dir.rename(retired / "repo")
+            staging.rename(out_dir)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            staging.rename(out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    logger.info("rendered llmapi (%s) model repository in %s", settings.profile, out_dir)
+    return out_dir
+
+
 def parse_assignments(assignments: Sequence[str]) -> dict[str, str]:
     """``["key=value", ...]`` (the CLI's ``--set`` values) as a dict; a malformed item names itself."""
     result: dict[str, str] = {}
@@ -844,12 +981,78 @@ def main(argv: Sequence[str] | None = None) -> int:
     render.add_argument("--out", required=True, type=Path, help="repository directory to create")
     render.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE")
     render.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out")
+    llmapi = sub.add_parser(
+        "render-llmapi",
+        help="render a repository for TensorRT-LLM's llmapi model (config.pbtxt and model.yaml)",
+    )
+    llmapi.add_argument(
+        "--model", required=True, help="Hugging Face model id or local directory (model.yaml's model)"
+    )
+    llmapi.add_argument("--out", required=True, type=Path, help="repository directory to create")
+    llmapi.add_argument(
+        "--name", default="tensorrt_llm", help="the model's name in Triton (default: tensorrt_llm)"
+    )
+    llmapi.add_argument(
+        "--profile", choices=LLMAPI_PROFILES, default="current", help="config.pbtxt of main or 1.2.x"
+    )
+    llmapi.add_argument(
+        "--decoupled", action=argparse.BooleanOptionalAction, default=True, help="stream (default: on)"
+    )
+    llmapi.add_argument("--backend", default="pytorch", help="the LLM API backend (default: pytorch)")
+    llmapi.add_argument("--tensor-parallel-size", type=int, default=1)
+    llmapi.add_argument("--pipeline-parallel-size", type=int, default=1)
+    llmapi.add_argument(
+        "--max-batch-size", type=int, default=64, help="the LLM API's batch limit (default: 64)"
+    )
+    llmapi.add_argument("--kv-cache-reuse", action=argparse.BooleanOptionalAction, default=True)
+    llmapi.add_argument("--free-gpu-memory-fraction", type=float, default=0.9)
+    llmapi.add_argument(
+        "--tokens-per-block",
+        type=int,
+        default=None,
+        help="KV cache block size, also told to the gateway (which then reports cached prompt tokens)",
+    )
+    llmapi.add_argument(
+        "--upstream",
+        type=Path,
+        default=None,
+        help="upstream's llmapi/tensorrt_llm directory: its files are copied unchanged (else 1/ gets "
+        "model.yaml alone)",
+    )
+    llmapi.add_argument(
+        "--stand-in", action="store_true", help="the CPU stand-in instead of upstream's model.py"
+    )
+    llmapi.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out")
     listing = sub.add_parser("variables", help="list template variables with defaults and descriptions")
     listing.add_argument("--backend", choices=BACKENDS, default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.command == "variables":
         sys.stdout.write(_variables_table(args.backend))
+        return 0
+    if args.command == "render-llmapi":
+        settings = LlmapiSettings(
+            model=args.model,
+            name=args.name,
+            profile=args.profile,
+            decoupled=args.decoupled,
+            backend=args.backend,
+            tensor_parallel_size=args.tensor_parallel_size,
+            pipeline_parallel_size=args.pipeline_parallel_size,
+            max_batch_size=args.max_batch_size,
+            enable_kv_cache_reuse=args.kv_cache_reuse,
+            free_gpu_memory_fraction=args.free_gpu_memory_fraction,
+            stand_in=args.stand_in,
+            tokens_per_block=args.tokens_per_block,
+        )
+        try:
+            out = render_llmapi_repository(
+                args.out, settings, upstream=args.upstream, overwrite=args.overwrite
+            )
+        except ModelRepoError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+        sys.stdout.write(f"{out}\n")
         return 0
     try:
         out = render_repository(

@@ -18,7 +18,7 @@ FROM ${TRITON_BASE_IMAGE}
 ARG TRITONCLIENT_VERSION=2.73.0
 RUN python3 -m pip install --no-cache-dir --target /opt/trtllm-gateway/pylib "tritonclient[grpc]==${TRITONCLIENT_VERSION}"
 
-COPY deploy/__init__.py deploy/model_repo.py deploy/build_engine.sh deploy/launch_triton.sh deploy/common.sh /opt/trtllm-gateway/deploy/
+COPY deploy/__init__.py deploy/model_repo.py deploy/build_engine.sh deploy/launch_triton.sh deploy/launch_llmapi.sh deploy/common.sh /opt/trtllm-gateway/deploy/
 COPY model_repo_templates /opt/trtllm-gateway/model_repo_templates
 
 ENV DEPLOY_PYTHONPATH=/opt/trtllm-gateway/pylib:/opt/trtllm-gateway \

@@ -71,11 +71,12 @@ async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
         if pending:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
-    from gateway.check import report, table
+    from gateway.check import report, table, terminal_width
 
     reports = [report(r.config, r.engine.info, None, r.tokenizer) for r in runtimes]
     if reports:
-        logger.info("models ready:\n%s", table(reports))
+        # Not worded as a ready line: `gateway dev` prints the one ready line, once the port serves.
+        logger.info("what each model supports:\n%s", table(reports, terminal_width()))
 
 
 class TritonEngines:
@@ -107,7 +108,7 @@ class TritonEngines:
         )
 
     def __call__(self, model: ServedModel) -> Engine:
-        from gateway.triton.engine import adapter_for
+        from gateway.triton.models import adapter_for
 
         return adapter_for(self.pool, model)
 

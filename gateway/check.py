@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shutil
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -16,7 +17,7 @@ from gateway.errors import GatewayError
 from gateway.text.reasoning import get_format
 from gateway.text.tokenizer import Tokenizer
 from gateway.triton.contract import GUIDE_TYPE
-from gateway.triton.engine import adapter_for
+from gateway.triton.models import adapter_for
 from gateway.triton.pool import TritonPool
 
 
@@ -116,20 +117,52 @@ _COLUMNS = (
 )
 
 
-def table(reports: list[ModelReport]) -> str:
+# Wider than any row: the width a table is drawn at when no terminal limits it.
+_UNLIMITED = 1000
+
+
+def terminal_width() -> int | None:
+    """The terminal's width in columns (COLUMNS, else the terminal on stdout); None when the
+    output goes to no terminal (a pipe, a file, a log collector), where lines may be long."""
+    return shutil.get_terminal_size((0, 0)).columns or None
+
+
+def table(reports: list[ModelReport], width: int | None = None) -> str:
+    """The reports as one table, a row per model; where that is wider than `width`, one narrow
+    table per model (a row per capability), which fits in 80 columns."""
+    wide = _render(_wide_table(reports), _UNLIMITED)
+    if width is None or max(map(len, wide.splitlines()), default=0) <= width:
+        out = wide
+    else:
+        out = "".join(_render(_model_table(r), width) for r in reports)
+    # The route's reason is a sentence: one line per model under the table reads better than a
+    # column (the terminal wraps it).
+    return out + "".join(f"{r.name}: {r.route} route: {r.reason}\n" for r in reports if r.status == "ready")
+
+
+def _wide_table(reports: list[ModelReport]) -> Table:
     t = Table(title="served models")
     for column, _ in _COLUMNS:
         t.add_column(column)
     for r in reports:
         t.add_row(*(getattr(r, attr) for _, attr in _COLUMNS))
+    return t
+
+
+def _model_table(r: ModelReport) -> Table:
+    t = Table(title=f"served model {r.name}", show_header=False)
+    t.add_column("capability", no_wrap=True)
+    t.add_column("value", overflow="fold")
+    for column, attr in _COLUMNS[1:]:
+        t.add_row(column, getattr(r, attr))
+    return t
+
+
+def _render(t: Table, width: int) -> str:
     out = io.StringIO()
-    console = Console(file=out, width=400, force_terminal=False)
-    console.print(t)
-    # The route's reason is a sentence: one line per model under the table reads better than a column.
-    for r in reports:
-        if r.status == "ready":
-            console.print(f"{r.name}: {r.route} route: {r.reason}", soft_wrap=True)
-    return out.getvalue()
+    Console(file=out, width=width, force_terminal=False).print(t)
+    # Rich pads each line to the table's width; the padding is nothing to read.
+    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
 
 
 async def check(settings: Settings) -> list[ModelReport]:
@@ -158,5 +191,5 @@ def run_check(settings: Settings) -> int:
     default = "" if "triton_url" in settings.model_fields_set else " (the default; set --triton-url)"
     print(f"Triton: {urls}{default}")  # the command's output
     reports = asyncio.run(check(settings))
-    print(table(reports), end="")
+    print(table(reports, terminal_width()), end="")
     return 0 if all(r.status == "ready" for r in reports) else 1

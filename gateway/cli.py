@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
 from gateway.config import ConfigFileError, ServedModel, Settings, describe, env_name, flag_name
+from gateway.invocation import gateway_command
 from gateway.server import StartupError, run_server
 from gateway.text.reasoning.registry import MODEL_FORMATS as REASONING_FORMATS
 from gateway.text.tool_calls.registry import MODEL_FORMATS
@@ -41,7 +42,9 @@ DEV_SKIPS = ("models", "triton_url", "triton_http_url")
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, not the whole usage block above it.
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        # The hint is a command to run: written as this installation's `gateway` runs.
+        command = self.prog.replace("gateway", gateway_command(), 1)
+        self.exit(2, f"{self.prog}: error: {message} (see `{command} --help`)\n")
 
 
 def _add_settings_flags(
@@ -145,6 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the model writes its thinking, as the `reasoning_parser` of a --model (default: qwen3)",
     )
     dev.add_argument("--variant", choices=("current", "legacy"), default="current", help="contract variant")
+    dev.add_argument(
+        "--engine",
+        choices=("cpp", "llmapi"),
+        default="cpp",
+        help="cpp: the C++ TensorRT-LLM repository (ensemble + tensorrt_llm) on the CPU reference engine; "
+        "llmapi: a CPU stand-in of TensorRT-LLM's llmapi Python model (default: cpp)",
+    )
+    dev.add_argument(
+        "--llmapi-profile",
+        choices=("current", "v1.2"),
+        default="current",
+        help="with --engine llmapi: the model.py it behaves as (v1.2: one response per stream)",
+    )
     dev.add_argument(
         "--engine-mode",
         choices=("model", "synthetic"),

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,12 +20,19 @@ import threading
 from pathlib import Path
 
 from gateway.config import ServedModel, Settings
-from gateway.server import check_port_free, load_tokenizers, run_server
+from gateway.errors import ServerConfigError
+from gateway.invocation import gateway_command
+from gateway.server import StartupError, check_port_free, load_tokenizers, run_server
+from gateway.text.tokenizer import check_tokenizer_files
 
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 600
-DEV_DEFAULT_MAX_TOKENS = 64
+# The output limit of a request that sets none. The random tiny model ends a reply by itself after
+# about two thousand tokens on average (a few seconds on a CPU), so agents' turns end with the
+# model's own end of sequence; this only bounds the rare reply that runs on, and such a cut is
+# reported as one (finish_reason "length", status "incomplete", stop_reason "max_tokens").
+DEV_DEFAULT_MAX_TOKENS = 16384
 
 
 def _tiny_model_dir() -> Path:
@@ -48,6 +57,10 @@ def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess
         args.variant,
         "--engine-mode",
         args.engine_mode,
+        "--engine",
+        args.engine,
+        "--llmapi-profile",
+        args.llmapi_profile,
     ]
     child = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_die_with_parent
@@ -63,17 +76,56 @@ def _start_triton(model_dir: Path, args: argparse.Namespace) -> tuple[subprocess
     timer.start()
     try:
         for line in child.stdout:
-            sys.stdout.write(line)
             if line.startswith("READY "):
                 ready = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
                 break
+            sys.stdout.write(line)
     finally:
         timer.cancel()
     if not ready:
         fail()
+    # The Triton stack's own READY line is for programs; the user's one ready line is the
+    # gateway's, once it serves: this one says what is still to come.
+    print(
+        f"gateway dev: Triton started (gRPC {ready['grpc']}, HTTP {ready['http']}, log {ready['log']}); "
+        "starting the gateway",
+        flush=True,
+    )
     # Keep draining the child's output so it never blocks on a full pipe.
     threading.Thread(target=lambda: [sys.stdout.write(line) for line in child.stdout], daemon=True).start()  # type: ignore[union-attr]
     return child, ready
+
+
+def ready_banner(
+    base: str,
+    name: str,
+    triton: dict[str, str],
+    model_dir: Path,
+    gateway: str,
+    *,
+    tiny: bool,
+    triton_model: str = "ensemble",
+) -> str:
+    """The dev stack's one ready line, printed once the gateway serves, and what to try with it.
+    The commands in it run as printed from the directory `gateway dev` was started in; `tiny`:
+    the model is the random tiny model, whose text is said to be what it is."""
+    body = json.dumps({"model": name, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 32})
+    model_spec = f"name={name},tokenizer={model_dir}"
+    if triton_model != "ensemble":
+        model_spec += f",triton_model={triton_model}"
+    return (
+        f"Ready: the gateway serves `{name}` at {base}/v1 (Triton gRPC {triton['grpc']}, "
+        f"HTTP {triton['http']}; tokenizer {model_dir}). Try:\n"
+        f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}\n"
+        f"  {gateway} check --triton-url {triton['grpc']} "
+        f"--model {shlex.quote(model_spec)}"
+    ) + (
+        f"\n`{name}` is a random model: its replies are gibberish, often with U+FFFD where a token is "
+        "part of a UTF-8 character that the next token does not complete (the gateway decodes the "
+        "token ids exactly)."
+        if tiny
+        else ""
+    )
 
 
 def _die_with_parent() -> None:
@@ -99,8 +151,13 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 
 
 def run_dev(settings: Settings, args: argparse.Namespace) -> None:
-    # Before Triton's start-up (many seconds): a taken port is one line at once.
+    # Before Triton's start-up (many seconds): a taken port or a wrong --model-dir is one line at once.
     check_port_free(settings.host, settings.port)
+    if args.model_dir:
+        try:
+            check_tokenizer_files(args.model_dir)
+        except ServerConfigError as exc:
+            raise StartupError(f"--model-dir: {exc.message}") from None
     model_dir = Path(args.model_dir) if args.model_dir else _tiny_model_dir()
     # uvicorn re-raises SIGTERM once it has shut down; with the default handler that would end
     # the process before `finally` stops the Triton stack.
@@ -113,31 +170,22 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             triton_model=ready["ensemble"],
             tool_parser=args.tool_parser,
             reasoning_parser=args.reasoning_parser,
-            # The random tiny model rarely ends by itself, and agents set no output limit.
             default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
-            # ... and a turn cut there still ends as completed: agents (Codex, the Agents SDK)
-            # treat an incomplete response as an error.
-            default_limit_status="completed",
         )
         settings = settings.model_copy(
             update={"models": [served], "triton_url": [ready["grpc"]], "triton_http_url": [ready["http"]]}
         )
         tokenizers = load_tokenizers(settings)
         base = f"http://{settings.host}:{settings.port}"
-
-        def announce() -> None:
-            print(
-                f"gateway: serving `{served.name}` on {base}/v1 (Triton gRPC {ready['grpc']}, "
-                f"HTTP {ready['http']}, "
-                f"tokenizer {model_dir}). Try:\n"
-                f"  curl {base}/v1/chat/completions -H 'Content-Type: application/json' "
-                f'-d \'{{"model": "{served.name}", "messages": [{{"role": "user", "content": "Hello!"}}], '
-                f'"max_tokens": 32}}\'\n'
-                f"  gateway check --triton-url {ready['grpc']} "
-                f"--model name={served.name},tokenizer={model_dir}",
-                flush=True,
-            )
-
-        run_server(settings, tokenizers=tokenizers, on_listening=announce)
+        banner = ready_banner(
+            base,
+            served.name,
+            ready,
+            model_dir,
+            gateway_command(),
+            tiny=args.model_dir is None,
+            triton_model=served.triton_model,
+        )
+        run_server(settings, tokenizers=tokenizers, on_ready=lambda: print(banner, flush=True))
     finally:
         _stop(child)

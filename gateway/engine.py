@@ -1,8 +1,9 @@
 """The Engine protocol: what the core needs from a generation backend, in API-neutral terms.
 
-The Triton adapter (`gateway.triton.engine.TritonAdapter`) implements it (whatever runs inside
-Triton: TensorRT-LLM, or the CPU reference engine in model_repo_templates/); tests use a scripted
-fake. Values are frozen slotted dataclasses so they are cheap and cannot be changed behind the
+Two Triton adapters implement it, one per TensorRT-LLM contract: `gateway.triton.engine.TritonAdapter`
+(the C++ repository: ensemble or engine model) and `gateway.triton.llmapi_engine.LlmapiAdapter` (the
+`llmapi` Python model); `gateway.triton.models.TritonModel` picks one from the model config. Tests
+use a scripted fake. Values are frozen slotted dataclasses so they are cheap and cannot be changed behind the
 core's back.
 """
 
@@ -86,6 +87,8 @@ class GenerationDelta:
     cached_tokens: int | None = None
     # One entry per token in `token_ids`, when log probabilities were asked for.
     logprobs: tuple[TokenLogprob, ...] | None = None
+    # Why the engine ended this sequence ("stop", "length"), on its last delta, when it says.
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +126,16 @@ class EngineInfo:
     # completion token count comes from.
     exact_stream: bool = True
     usage_source: str = ""
+    # Whether the engine tokenizes the prompt text itself and adds the tokenizer's special tokens
+    # (BOS): a BOS the chat template wrote is then left out of the text sent, and prompts are
+    # counted with special tokens added, as the engine counts them.
+    adds_special_tokens: bool = False
+    # Whether deltas carry no token counts at all: completion tokens are then counted by encoding
+    # the generated text again (usage_source says so).
+    counts_text: bool = False
+    # The sampling parameters (SamplingParams field names) the engine takes; None: all of them.
+    # A request setting any other is refused, naming it.
+    sampling: frozenset[str] | None = None
 
 
 class Engine(Protocol):

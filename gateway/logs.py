@@ -24,6 +24,9 @@ class RequestRecord:
     path: str
     start: float = field(default_factory=time.perf_counter)
     status: int = 0
+    # What the client was told went wrong, as "type/code" (invalid_request_error/model_not_found):
+    # an access line of a 4xx says why without the body.
+    error: str | None = None
     model: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -39,6 +42,7 @@ class RequestRecord:
             "method": self.method,
             "path": self.path,
             "status": self.status,
+            "error": self.error,
             "model": self.model,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -83,6 +87,14 @@ class Repeating:
 current_request: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
     "current_request", default=None
 )
+
+
+def note_error(kind: str, code: str | None) -> None:
+    """Record the error this request answers with for its access line (the first, which the
+    client got: a stream's later error event does not replace it)."""
+    record = current_request.get()
+    if record is not None and record.error is None:
+        record.error = f"{kind}/{code}" if code else kind
 
 
 class JsonFormatter(logging.Formatter):

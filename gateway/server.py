@@ -10,6 +10,7 @@ import os
 import socket
 import tempfile
 import threading
+import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,22 @@ class StartupError(Exception):
         self.code = code
 
 
+def check_before_loading(settings: Settings) -> None:
+    """What takes well under a second to check, before anything takes seconds (importing
+    transformers, loading tokenizers): a model is configured, its files are there, the port is free."""
+    from gateway.errors import ServerConfigError
+    from gateway.text.tokenizer import check_tokenizer_files
+
+    if not settings.models:
+        raise StartupError("no model configured (use --model name=NAME,tokenizer=DIR)")
+    for model in settings.models:
+        try:
+            check_tokenizer_files(model.tokenizer, model.chat_template)
+        except ServerConfigError as exc:
+            raise StartupError(f"model {model.name!r}: {exc.message}") from None
+    check_port_free(settings.host, settings.port)
+
+
 def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
     """Every model's tokenizer (and chat template), before the port is bound."""
     from gateway.errors import ServerConfigError
@@ -46,6 +63,33 @@ def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
         except ServerConfigError as exc:
             raise StartupError(f"model {model.name!r}: {exc.message}") from None
     return loaded
+
+
+# How long start-up waits for Triton to show a model's config: a Triton not up yet is no error
+# (the gateway waits for it), so this must not hold the start for long.
+PROBE_TIMEOUT_S = 3.0
+
+
+def check_contracts(settings: Settings) -> None:
+    """Refuse, with one line, a model whose Triton model speaks no contract the gateway knows,
+    when Triton already serves it (read the way the gateway reads it after start-up)."""
+    import asyncio
+
+    from gateway.triton.models import probe_contracts
+    from gateway.triton.pool import TritonPool
+
+    async def probe() -> list[str]:
+        pool = TritonPool(
+            settings.triton_url, timeout_s=min(PROBE_TIMEOUT_S, settings.triton_connect_timeout_s)
+        )
+        try:
+            return await probe_contracts(pool, list(settings.models))
+        finally:
+            await pool.close()
+
+    problems = asyncio.run(probe())
+    if problems:
+        raise StartupError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -68,20 +112,27 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def _when_listening(host: str, port: int, callback: Callable[[], None]) -> threading.Event:
-    """Call `callback` once the server accepts connections (uvicorn binds after its start-up);
+def _when_ready(host: str, port: int, callback: Callable[[], None]) -> threading.Event:
+    """Call `callback` once the server answers its readiness probe (it accepts connections and
+    every model is ready: uvicorn binds after its start-up, and the models come later still);
     set the returned event to give up."""
     stop = threading.Event()
     target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    url = f"http://{f'[{target}]' if ':' in target else target}:{port}/health/ready"
+
+    # Straight to this server: never through a proxy the environment names.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def wait() -> None:
         while not stop.is_set():
-            with contextlib.suppress(OSError), socket.create_connection((target, port), timeout=1.0):
-                callback()
-                return
+            # 503 (HTTPError) until every model is ready; refused (URLError) until uvicorn binds.
+            with contextlib.suppress(OSError), opener.open(url, timeout=2.0) as answer:
+                if answer.status == 200:
+                    callback()
+                    return
             stop.wait(0.1)
 
-    threading.Thread(target=wait, name="gateway-listening", daemon=True).start()
+    threading.Thread(target=wait, name="gateway-ready", daemon=True).start()
     return stop
 
 
@@ -89,14 +140,18 @@ def run_server(
     settings: Settings,
     *,
     tokenizers: dict[str, Tokenizer] | None = None,
-    on_listening: Callable[[], None] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
+    if tokenizers is None:
+        check_before_loading(settings)
     import uvicorn
 
     from gateway.app import create_app
 
     if tokenizers is None:
         tokenizers = load_tokenizers(settings)
+    check_contracts(settings)
+    # Again: the port may have been taken while the tokenizers loaded.
     check_port_free(settings.host, settings.port)
     configure_logging(settings.log_level, settings.log_format)
     if settings.tracing:
@@ -112,7 +167,7 @@ def run_server(
         # uvicorn's 5 s default races clients that reuse a pooled connection just as it closes.
         "timeout_keep_alive": settings.keep_alive_s,
     }
-    stop = _when_listening(settings.host, settings.port, on_listening) if on_listening else None
+    stop = _when_ready(settings.host, settings.port, on_ready) if on_ready else None
     try:
         if settings.workers > 1:
             # Worker processes each build the app from the same settings, sharing the port; their

@@ -820,7 +820,7 @@ def target_checks(rows: Sequence[dict[str, Any]]) -> list[str]:
             levels = ", ".join(f"{v:.2f}x at {c}" for c, v in sorted(high))
             out.append(
                 f"- {key}: CPU per streamed token vs (a) at concurrency 16 and above: {levels} "
-                f"(issue 22 target <= 1.0x): {verdict(all(v <= 1.0 for _, v in high))}"
+                f"(target <= 1.0x): {verdict(all(v <= 1.0 for _, v in high))}"
             )
         r1 = by.get((key, 1))
         if r1 and not math.isnan(r1["ttft_p50_over_a_ms"]):

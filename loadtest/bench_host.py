@@ -1009,17 +1009,17 @@ def write_report(
             + ". conns/worker: the client connections each "
             "worker held over the window (mean of samples every 0.5 s).",
             "",
-            "## The issue's cells (total concurrency)",
+            "## The scaling cells (total concurrency)",
             "",
             markdown_table(fixed, cfg),
             "",
-            "Against the issue's targets (CPU per token 1 -> 8 workers <= 1.2x; >= 0.8x linear):",
+            "Against the scaling targets (CPU per token 1 -> 8 workers <= 1.2x; >= 0.8x linear):",
             "",
             *verdicts(table, cfg),
             "",
             *(
                 [
-                    "## Matched load per worker (an added view, not the issue's targets)",
+                    "## Matched load per worker (an added view, not the scaling targets)",
                     "",
                     "Each worker carries the same number of streams, so CPU per token is compared at "
                     "equal load per worker (total concurrency = streams per worker x workers).",

@@ -33,12 +33,15 @@ class ChoiceState:
     """One choice (one generated sequence): decoding, stop strings, token count, finish reason."""
 
     __slots__ = (
+        "_count_text",
         "_decoder",
         "_end_ids",
+        "_engine_finish",
         "_ids",
         "_keep_ids",
         "_logprobs",
         "_stop",
+        "_text",
         "completion_tokens",
         "finish_reason",
         "index",
@@ -54,7 +57,10 @@ class ChoiceState:
         end_ids: frozenset[int],
         max_tokens: int,
         keep_ids: bool = False,
+        count_text: Callable[[str], int] | None = None,
     ) -> None:
+        """`count_text`: the engine reports no token counts; completion tokens are the count of
+        the text it generated (up to where it stopped), encoded again."""
         self.index = index
         self._decoder = decoder
         self._stop = StopStringMatcher(stops)
@@ -65,6 +71,9 @@ class ChoiceState:
         self._logprobs: list[TokenLogprob] = []
         self._keep_ids = keep_ids
         self._ids: list[int] = []
+        self._count_text = count_text
+        self._text: list[str] = []
+        self._engine_finish: str | None = None
 
     def take_ids(self) -> Sequence[int]:
         """The generated ids since the last event (none unless made with `keep_ids`)."""
@@ -113,8 +122,13 @@ class ChoiceState:
         else:
             self.completion_tokens += delta.num_tokens
             text = self._decoder.push_bytes(delta.text or b"")
+            if delta.finish_reason is not None:
+                self._engine_finish = delta.finish_reason
+            if self._count_text is not None:
+                self._text.append(text)
         out = self._stop.push(text)
         if self._stop.stopped:
+            self._recount()
             self.finish_reason = "stop"
         elif ended:
             out += self._drain()
@@ -125,12 +139,30 @@ class ChoiceState:
         """The engine ended this sequence without a stop: release held text, decide the reason."""
         if self.finish_reason is not None:
             return ""
-        out = self._drain()
+        if self._count_text is not None:
+            # The decoder's last bytes are generated text too.
+            tail = self._decoder.flush()
+            self._text.append(tail)
+            out = self._stop.push(tail) + self._stop.flush()
+            self._recount()
+        else:
+            out = self._drain()
         if self._stop.stopped:
             self.finish_reason = "stop"
+        elif self._engine_finish in ("stop", "length"):
+            # The engine knows; a count of re-encoded text may differ from its own.
+            self.finish_reason = self._engine_finish
+            if self._engine_finish == "length":
+                # Then it generated exactly max_tokens: a count, not an estimate.
+                self.completion_tokens = self.max_tokens
         else:
             self.finish_reason = "length" if self.completion_tokens >= self.max_tokens else "stop"
         return out
+
+    def _recount(self) -> None:
+        if self._count_text is not None:
+            # Text encoded again may take more tokens than were generated, never more than allowed.
+            self.completion_tokens = min(self._count_text("".join(self._text)), self.max_tokens)
 
     def _drain(self) -> str:
         out = self._stop.push(self._decoder.flush())
@@ -147,6 +179,7 @@ def make_choices(
     text_prefix: str = "",
     skip_special_tokens: bool = True,
     keep_ids: bool = False,
+    count_text: Callable[[str], int] | None = None,
 ) -> list[ChoiceState]:
     """The choices of one engine request. `skip_special_tokens` False keeps special tokens in the
     text (a reasoning format whose markers are special tokens); `keep_ids` hands each event its ids."""
@@ -171,6 +204,7 @@ def make_choices(
             end_ids=end_ids,
             max_tokens=request.params.max_tokens,
             keep_ids=keep_ids,
+            count_text=count_text,
         )
         for i in range(request.num_sequences)
     ]

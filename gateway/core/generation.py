@@ -23,7 +23,7 @@ from gateway.core.choices import (
     run_generation,
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
-from gateway.core.validation import RequestLimits
+from gateway.core.validation import RequestLimits, engine_prompt
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.errors import (
     ClientDeadlineExceededError,
@@ -33,6 +33,7 @@ from gateway.errors import (
     GatewayError,
     InvalidRequestError,
     ServerConfigError,
+    UnsupportedParameterError,
     to_gateway_error,
 )
 from gateway.metrics import GatewayMetrics, RequestTimer
@@ -269,6 +270,9 @@ def build_generation(
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
+    engine = runtime.engine.info
+    _check_sampling(engine.sampling, params)
+    prompt_text, add_special_tokens = engine_prompt(runtime, prompt_text)
     info = runtime.tokenizer.info
     request = GenerationRequest(
         request_id=request_id,
@@ -288,7 +292,6 @@ def build_generation(
         stream=stream,
         priority=priority,
     )
-    engine = runtime.engine.info
     # A text result that repeats the prompt starts with the prompt's decoding: cut it there.
     repeated = not engine.exposes_token_ids and engine.repeats_prompt[0 if stream else 1]
     choices = make_choices(
@@ -300,11 +303,43 @@ def build_generation(
         text_prefix=runtime.tokenizer.decode(prompt_ids) if repeated and prompt_ids else "",
         skip_special_tokens=fmt is None or not fmt.keeps_special_tokens,
         keep_ids=fmt is not None and engine.exposes_token_ids,
+        count_text=_text_counter(runtime.tokenizer) if engine.counts_text else None,
     )
     if prompt_ids is None:
-        uncounted = (runtime.tokenizer, prompt_text, runtime.config.add_special_tokens)
+        uncounted = (runtime.tokenizer, prompt_text, add_special_tokens)
         return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted, fmt)
     return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)), None, fmt)
+
+
+# A sampling parameter as SamplingParams holds it, and whether a request set it.
+_SET: dict[str, Callable[[SamplingParams], bool]] = {
+    "temperature": lambda p: p.temperature is not None,
+    "top_p": lambda p: p.top_p is not None,
+    "top_k": lambda p: p.top_k is not None,
+    "seed": lambda p: False,  # drawn by the gateway when not given; every engine takes it or none
+    "min_tokens": lambda p: bool(p.min_tokens),
+    "presence_penalty": lambda p: p.presence_penalty is not None,
+    "frequency_penalty": lambda p: p.frequency_penalty is not None,
+    "repetition_penalty": lambda p: p.repetition_penalty is not None,
+    "length_penalty": lambda p: p.length_penalty is not None,
+    "ignore_eos": lambda p: p.ignore_eos,
+}
+
+
+def _check_sampling(supported: frozenset[str] | None, params: SamplingParams) -> None:
+    """A 400 naming a sampling parameter the engine has no input for, never a silent drop."""
+    if supported is None:
+        return
+    for name, is_set in _SET.items():
+        if name not in supported and is_set(params):
+            raise UnsupportedParameterError(f"this model does not take {name}", param=name)
+
+
+def _text_counter(tokenizer: Tokenizer) -> Callable[[str], int]:
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    return count
 
 
 async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> AsyncIterator[ChoiceEvent]:

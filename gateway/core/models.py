@@ -35,6 +35,10 @@ class ModelRuntime:
         return self.tokenizer.info.max_model_len
 
 
+# How many served names a wrong model's 404 lists; the rest are one GET /v1/models away.
+SHOWN_NAMES = 20
+
+
 class ModelRegistry:
     def __init__(self, models: Iterable[ModelRuntime]) -> None:
         self._models = {m.name: m for m in models}
@@ -44,12 +48,21 @@ class ModelRegistry:
             runtime = self._models[name]
         except KeyError:
             raise ModelNotFoundError(
-                f"The model `{name}` does not exist or you do not have access to it.", param="model"
+                f"The model `{name}` does not exist or you do not have access to it. {self.served_names()}",
+                param="model",
             ) from None
         record = current_request.get()
         if record is not None:
             record.model = name
         return runtime
+
+    def served_names(self) -> str:
+        """The served models as a sentence: what a client that named another should use."""
+        names = [f"`{name}`" for name in self._models]
+        shown = ", ".join(names[:SHOWN_NAMES])
+        hidden = len(names) - SHOWN_NAMES
+        more = f" and {hidden} more (GET /v1/models lists them)" if hidden > 0 else ""
+        return f"This server serves {shown}{more}." if names else "This server serves no model."
 
     def __iter__(self) -> Iterator[ModelRuntime]:
         return iter(self._models.values())

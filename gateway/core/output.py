@@ -44,6 +44,13 @@ def plan_output(
     if choice.mode == "none" or not checked:
         return OutputPlan(guide, None, "none", frozenset())
     forced = choice.mode in ("required", "function")
+    if forced and not guided_decoding:
+        # Only guided decoding makes a reply a tool call; a model asked nicely may answer in prose.
+        raise UnsupportedParameterError(
+            f"this model has no guided decoding, so tool_choice {_choice_name(choice)} cannot be enforced "
+            "(use tool_choice auto)",
+            param="tool_choice",
+        )
     if model_tool_format == "none" and not (forced and guided_decoding):
         raise UnsupportedParameterError(
             "this model has no tool-call parser configured (set tool_parser for it), so it cannot return "
@@ -72,6 +79,10 @@ def plan_output(
         parse,
         frozenset(t.name for t in checked),
     )
+
+
+def _choice_name(choice: ToolChoice) -> str:
+    return repr(choice.name) if choice.mode == "function" else repr(choice.mode)
 
 
 def _schema_format(model_tool_format: str) -> str:

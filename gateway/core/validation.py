@@ -153,7 +153,8 @@ def logit_bias_pairs(
         return ()
     if not supported:
         raise UnsupportedParameterError(
-            "logit_bias needs the engine's embedding_bias input: serve this model with route=engine",
+            "this model cannot apply logit_bias: it needs a TensorRT-LLM engine model's embedding_bias input "
+            "(the C++ repository served with route=engine)",
             param="logit_bias",
         )
     out = []
@@ -180,6 +181,30 @@ def request_deadline(limits: RequestLimits, header_s: float | None) -> float | N
     return min(options) if options else None
 
 
+def engine_prompt(runtime: ModelRuntime, text: str) -> tuple[str, bool]:
+    """The prompt text as the engine is sent it, and whether special tokens are added when it is
+    counted. An engine that tokenizes text itself adding special tokens (the llmapi model: the
+    LLM API adds BOS) gets the text without the BOS a chat template wrote, or BOS would be doubled;
+    counted with special tokens added, that is the template's own count."""
+    if not runtime.engine.info.adds_special_tokens:
+        return text, runtime.config.add_special_tokens
+    bos = runtime.tokenizer.bos_token
+    if bos and text.startswith(bos):
+        text = text[len(bos) :]
+    return text, True
+
+
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """What a prompt's budget is worked out with (prompt_budget's arguments)."""
+
+    requested: int | None
+    param: str
+    prompt_param: str
+    limits: RequestLimits
+    ceiling: int | None
+
+
 async def prompt_budget(
     runtime: ModelRuntime,
     text: str,
@@ -188,23 +213,26 @@ async def prompt_budget(
     param: str,
     prompt_param: str,
     limits: RequestLimits,
+    ceiling: int | None = None,
 ) -> tuple[list[int] | None, int]:
     """The prompt's token ids and the request's max_tokens, checked against every limit.
+
+    `ceiling` is a limit the client set that caps what is left of the context instead of having
+    to fit in it (Anthropic's `max_tokens`); with one, the model's default output limit does not
+    apply, since the client did set a limit.
 
     Encoding a prompt is a good part of the gateway's time before the engine request goes out.
     When the engine does not need the ids and an upper bound on their count already proves every
     limit holds and fixes max_tokens, the ids are None: the request goes out first and the prompt
     is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
     errors included. A long prompt is encoded off the event loop (Tokenizer.encode_async)."""
-    bounded = _bounded_budget(
-        runtime, text, requested=requested, param=param, prompt_param=prompt_param, limits=limits
-    )
+    how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
+    text, add_special_tokens = engine_prompt(runtime, text)
+    bounded = _bounded_budget(runtime, text, add_special_tokens, how)
     if bounded is not None:
         return None, bounded
-    ids = await runtime.tokenizer.encode_async(text, add_special_tokens=runtime.config.add_special_tokens)
-    return ids, _exact_budget(
-        runtime, len(ids), requested, param=param, prompt_param=prompt_param, limits=limits
-    )
+    ids = await runtime.tokenizer.encode_async(text, add_special_tokens=add_special_tokens)
+    return ids, _exact_budget(runtime, len(ids), how)
 
 
 def prompt_budget_now(
@@ -215,18 +243,17 @@ def prompt_budget_now(
     param: str,
     prompt_param: str,
     limits: RequestLimits,
+    ceiling: int | None = None,
 ) -> tuple[list[int] | None, int]:
     """`prompt_budget` on the calling thread, for callers that try many prompts in a row (fitting
     a conversation by dropping items): each is mostly pieces already encoded."""
-    bounded = _bounded_budget(
-        runtime, text, requested=requested, param=param, prompt_param=prompt_param, limits=limits
-    )
+    how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
+    text, add_special_tokens = engine_prompt(runtime, text)
+    bounded = _bounded_budget(runtime, text, add_special_tokens, how)
     if bounded is not None:
         return None, bounded
-    ids = runtime.tokenizer.encode(text, add_special_tokens=runtime.config.add_special_tokens)
-    return ids, _exact_budget(
-        runtime, len(ids), requested, param=param, prompt_param=prompt_param, limits=limits
-    )
+    ids = runtime.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    return ids, _exact_budget(runtime, len(ids), how)
 
 
 def _requested(runtime: ModelRuntime, requested: int | None) -> int | None:
@@ -236,50 +263,44 @@ def _requested(runtime: ModelRuntime, requested: int | None) -> int | None:
     return requested
 
 
-def _bounded_budget(
-    runtime: ModelRuntime,
-    text: str,
-    *,
-    requested: int | None,
-    param: str,
-    prompt_param: str,
-    limits: RequestLimits,
-) -> int | None:
-    """max_tokens where a bound on the prompt's length proves every limit without its ids."""
-    requested = _requested(runtime, requested)
-    # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
-    # count must match what the engine sees.
-    if runtime.engine.info.needs_prompt_ids or (requested is None and runtime.max_model_len is not None):
+def _bounded_budget(runtime: ModelRuntime, text: str, add_special_tokens: bool, how: _Budget) -> int | None:
+    """max_tokens where a bound on the prompt's length proves every limit without its ids.
+    (The stock preprocessing adds special tokens, chat templates write BOS themselves, and the
+    count must match what the engine sees: `add_special_tokens` says which.)"""
+    if runtime.engine.info.needs_prompt_ids or (how.requested is None and runtime.max_model_len is not None):
         return None
-    bound = runtime.tokenizer.token_bound(text, add_special_tokens=runtime.config.add_special_tokens)
+    bound = runtime.tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
     if bound is None:
         return None
     try:
         budget = resolve_max_tokens(
-            requested, bound, runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
+            how.requested,
+            bound,
+            runtime.max_model_len,
+            param=how.param,
+            prompt_param=how.prompt_param,
+            limits=how.limits,
         )
     except InvalidRequestError:
         return None  # Near a limit, or over it: the exact count decides, and names it.
-    return _default_limit(runtime, requested, budget)
+    return _default_limit(runtime, how.requested, budget, how.ceiling)
 
 
-def _exact_budget(
-    runtime: ModelRuntime,
-    count: int,
-    requested: int | None,
-    *,
-    param: str,
-    prompt_param: str,
-    limits: RequestLimits,
-) -> int:
-    requested = _requested(runtime, requested)
+def _exact_budget(runtime: ModelRuntime, count: int, how: _Budget) -> int:
     budget = resolve_max_tokens(
-        requested, count, runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
+        how.requested,
+        count,
+        runtime.max_model_len,
+        param=how.param,
+        prompt_param=how.prompt_param,
+        limits=how.limits,
     )
-    return _default_limit(runtime, requested, budget)
+    return _default_limit(runtime, how.requested, budget, how.ceiling)
 
 
-def _default_limit(runtime: ModelRuntime, requested: int | None, budget: int) -> int:
+def _default_limit(runtime: ModelRuntime, requested: int | None, budget: int, ceiling: int | None) -> int:
+    if ceiling is not None:
+        return min(budget, ceiling)
     # The model's own default output limit, for clients that set none: what is left of a long
     # context would let a model that never ends by itself run for minutes.
     default = runtime.config.default_max_tokens

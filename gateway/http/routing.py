@@ -12,14 +12,16 @@ the app's handlers (a `RequestValidationError` shaped as FastAPI's own).
 from __future__ import annotations
 
 import typing
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
 
 from fastapi import Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import InvalidRequestError
@@ -126,3 +128,87 @@ def flatten_routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
             yield from flatten_routes(included.routes)
         else:
             yield route
+
+
+@dataclass(frozen=True, slots=True)
+class RouteHint:
+    """What a request that matched no route most likely meant: `path` (the request's own values in
+    the route's parameters) and `advice`, a sentence for the 404's message."""
+
+    path: str
+    advice: str
+
+
+# The prefix of every API route; a client's base URL ends in it (OpenAI clients) or the client adds
+# it (Anthropic clients), so a base URL written wrong doubles it or leaves it out.
+API_PREFIX = "/v1"
+# How alike a misspelt path segment must be to the route's (difflib's ratio): `completion` is
+# 0.95 to `completions`, `models` 0.38 to `completions`.
+SIMILAR_SEGMENT = 0.75
+
+
+def route_hint(routes: Iterable[BaseRoute], method: str, path: str) -> RouteHint | None:
+    """For a 404: a path with the API prefix twice or without it is a base-URL mistake, and the
+    fix is said as one; a misspelt path gets the nearest route ("did you mean"). None when nothing
+    is near enough to be a useful guess."""
+    known = [r for r in flatten_routes(routes) if isinstance(getattr(r, "path", None), str)]
+    twice = API_PREFIX + API_PREFIX
+    if path == twice or path.startswith(twice + "/"):
+        meant = _served(known, method, path[len(API_PREFIX) :])
+        if meant is not None:
+            return RouteHint(
+                meant[1],
+                f"The path has {API_PREFIX} twice: remove one {API_PREFIX} from the client's base URL "
+                f"(did you mean {meant[0]} {meant[1]}?).",
+            )
+    elif not path.startswith(API_PREFIX + "/"):
+        meant = _served(known, method, API_PREFIX + path)
+        if meant is not None:
+            return RouteHint(
+                meant[1],
+                f"The path lacks {API_PREFIX}: add {API_PREFIX} to the client's base URL "
+                f"(did you mean {meant[0]} {meant[1]}?).",
+            )
+    near = _nearest(known, method, path)
+    if near is None:
+        return None
+    return RouteHint(near[1], f"Did you mean {near[0]} {near[1]}?")
+
+
+def _served(known: Sequence[BaseRoute], method: str, path: str) -> tuple[str, str] | None:
+    """(method, path) of a route that serves `path`: the request's method if the route takes it."""
+    scope = {"type": "http", "path": path, "root_path": "", "method": method}
+    for route in known:
+        match, _ = route.matches(scope)
+        if match is Match.FULL:
+            return method, path
+        if match is Match.PARTIAL:
+            return _shown_method(route, method), path
+    return None
+
+
+def _nearest(known: Sequence[BaseRoute], method: str, path: str) -> tuple[str, str] | None:
+    asked = path.strip("/").split("/")
+    best: tuple[float, str, str] | None = None
+    for route in known:
+        template = route.path.strip("/").split("/")  # type: ignore[attr-defined]
+        if len(template) != len(asked):
+            continue
+        ratios = [
+            1.0 if part.startswith("{") else SequenceMatcher(None, given, part).ratio()
+            for given, part in zip(asked, template, strict=True)
+        ]
+        if min(ratios) < SIMILAR_SEGMENT:
+            continue
+        score = sum(ratios) / len(ratios)
+        filled = "/" + "/".join(
+            given if part.startswith("{") else part for given, part in zip(asked, template, strict=True)
+        )
+        if best is None or score > best[0]:
+            best = (score, _shown_method(route, method), filled)
+    return None if best is None else (best[1], best[2])
+
+
+def _shown_method(route: BaseRoute, method: str) -> str:
+    methods = sorted(getattr(route, "methods", None) or ())
+    return method if method in methods or not methods else ("POST" if "POST" in methods else methods[0])

@@ -54,36 +54,43 @@ _TOKENIZER_FILES = (
 )
 
 
+def check_tokenizer_files(path: str | Path, chat_template_file: str | Path | None = None) -> str | None:
+    """The tokenizer directory holds a tokenizer and the chat template file reads as text (which
+    it returns). Cheap, and free of transformers (seconds to import), so start-up runs it first."""
+    directory = Path(path)
+    if not directory.is_dir():
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise ServerConfigError(f"tokenizer directory {directory} {what}")
+    if not any((directory / name).is_file() for name in _TOKENIZER_FILES):
+        raise ServerConfigError(
+            f"tokenizer directory {directory} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}): "
+            "give a local Hugging Face model or tokenizer directory"
+        )
+    if chat_template_file is None:
+        return None
+    try:
+        return Path(chat_template_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ServerConfigError(
+            f"chat template {chat_template_file}: {exc.strerror or exc}"
+            if isinstance(exc, OSError)
+            else f"chat template {chat_template_file} is not UTF-8 text"
+        ) from None
+
+
 class Tokenizer:
     """Wraps a Hugging Face fast tokenizer loaded from a local directory."""
 
     def __init__(self, path: str | Path, *, chat_template_file: str | Path | None = None) -> None:
+        self.path = Path(path)
+        self._chat_template: str | None = check_tokenizer_files(self.path, chat_template_file)
         from transformers import AutoTokenizer
 
-        self.path = Path(path)
-        if not self.path.is_dir():
-            what = "is not a directory" if self.path.exists() else "does not exist"
-            raise ServerConfigError(f"tokenizer directory {self.path} {what}")
-        if not any((self.path / name).is_file() for name in _TOKENIZER_FILES):
-            raise ServerConfigError(
-                f"tokenizer directory {self.path} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}): "
-                "give a local Hugging Face model or tokenizer directory"
-            )
         try:
             self._tok: Any = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
         except Exception as exc:  # transformers raises many kinds, each a long story
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ServerConfigError(f"cannot load the tokenizer in {self.path}: {first}") from exc
-        self._chat_template: str | None = None
-        if chat_template_file is not None:
-            try:
-                self._chat_template = Path(chat_template_file).read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ServerConfigError(
-                    f"chat template {chat_template_file}: {exc.strerror or exc}"
-                    if isinstance(exc, OSError)
-                    else f"chat template {chat_template_file} is not UTF-8 text"
-                ) from None
         self.info = _read_model_info(self.path, self._tok)
         self.vocab_size = len(self._tok)
         # The Rust tokenizer behind a fast tokenizer does the same work without transformers'
@@ -208,6 +215,12 @@ class Tokenizer:
         return await asyncio.get_running_loop().run_in_executor(
             pool, lambda: self.apply_chat_template(messages, **kwargs)
         )
+
+    @functools.cached_property
+    def bos_token(self) -> str | None:
+        """The text of the tokenizer's beginning-of-sequence token, if it has one."""
+        token = getattr(self._tok, "bos_token", None)
+        return str(token) if token else None
 
     def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
         if not self.has_chat_template:

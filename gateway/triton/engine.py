@@ -20,7 +20,6 @@ from tritonclient.grpc import service_pb2
 
 from gateway import tracing
 from gateway.asyncutil import merge
-from gateway.config import ServedModel
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.routing.base import RouteRequest
@@ -293,7 +292,7 @@ class TritonAdapter:
         # nothing more, and there cancelling the call stops the request at once. A dropped ensemble
         # stream is ended by the `stop` request either way (Triton passes neither a cancelled call
         # nor a closed HTTP stream on to the composing models); 200 dropped streams drained as fast
-        # beside HTTP streams as beside gRPC ones (README, "Running against your own Triton").
+        # beside HTTP streams as beside gRPC ones (docs/bench/notes-2026-11-25.md, "Cancellation").
         over_http = streaming and json_request_fits(contract, request)
 
         # Ids that repeat the prompt are cut here; a text that does is cut by the serving layer.
@@ -499,9 +498,3 @@ class _Failover(Exception):
         super().__init__(reason)
         self.reason = reason
         self.error = error
-
-
-def adapter_for(pool: TritonPool, model: ServedModel) -> TritonAdapter:
-    """The Triton adapter for one served model (its route chosen at introspection unless forced):
-    the one place the app and `gateway check` build it."""
-    return TritonAdapter(pool, model.triton_model, model.route, engine_model=model.engine_model)

@@ -3,7 +3,7 @@
 The cheaper transport for generation: reading a streamed token over HTTP/1.1 (one SSE event, one
 orjson parse) costs the gateway about a third of the CPU of a `ModelStreamInfer` message through
 grpc.aio, whose per-message machinery alone (completion queue, poller thread, Cython call
-objects) costs more than the whole HTTP read; `make bench` and the README give the figures.
+objects) costs more than the whole HTTP read; `make bench` and docs/bench/ give the figures.
 
 The client is an asyncio protocol over httptools' parser (the one uvicorn serves with), not
 aiohttp: a streamed token is one read of a few hundred bytes, and aiohttp's general reader pays
@@ -199,8 +199,8 @@ class TritonHttp:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         # A started stream that sends nothing for this long fails (None: waits as long as it takes).
-        # Triton's HTTP frontend can lose a stream's end under load (README, "Running against your
-        # own Triton"), and then the stream would never finish.
+        # Triton's HTTP frontend can lose a stream's end under load (docs/triton/transports.md),
+        # and then the stream would never finish.
         self.stream_idle_s = stream_idle_s
         parts = urlsplit(self.url)
         self._host = parts.hostname or "127.0.0.1"

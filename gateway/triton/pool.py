@@ -97,6 +97,8 @@ class TritonPool:
                 raise ValueError("one Triton HTTP URL per gRPC URL is needed")
             for endpoint, url in zip(self.endpoints, http_urls, strict=True):
                 endpoint.http = TritonHttp(url, timeout_s=timeout_s, stream_idle_s=stream_idle_s)
+        # How long a started stream may stay silent (None: no bound of its own).
+        self.stream_idle_s = stream_idle_s
         self._backoff = backoff_s
         self._max_backoff = max_backoff_s
         self._probe_interval = probe_interval_s

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from gateway.errors import EngineUnavailableError
+from gateway.logs import TextFormatter
 from tests.api.conftest import MakeClient
 from tests.support.openai_schema import validate
 
@@ -96,7 +99,40 @@ async def test_unknown_model_is_404_model_not_found(make_client: MakeClient) -> 
         code="model_not_found",
     )
     assert "gpt-9" in error["message"]
-    assert_error(await client.get("/v1/models/gpt-9"), 404, param="model", code="model_not_found")
+    # What to use instead: the served names.
+    assert error["message"].endswith("This server serves `tiny`.")
+    error = assert_error(await client.get("/v1/models/gpt-9"), 404, param="model", code="model_not_found")
+    assert error["message"].endswith("This server serves `tiny`.")
+
+
+async def test_the_access_line_of_an_error_names_its_type_and_code(
+    make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    client, _ = await make_client()
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    await client.post("/v1/chat/completions", json={"model": "gpt-9", "messages": USER})
+    await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "max_tokens": -1})
+    await client.post("/v1/chat/completion", json={})
+    await client.post("/v1/messages", json={"model": "gpt-9", "max_tokens": 5, "messages": USER})
+    await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "max_tokens": 2})
+    lines = [rec for rec in caplog.records if rec.name == "gateway.access"]
+    assert [(rec.fields["status"], rec.fields["error"]) for rec in lines] == [  # type: ignore[attr-defined]
+        (404, "invalid_request_error/model_not_found"),
+        (400, "invalid_request_error"),
+        (404, "invalid_request_error"),
+        (404, "not_found_error/model_not_found"),
+        (200, None),
+    ]
+    # The text line shows it: `... status=404 error=invalid_request_error/model_not_found ...`.
+    assert "error=invalid_request_error/model_not_found" in TextFormatter().format(lines[0])
+    # A refusal before any route (a missing API key) too.
+    caplog.clear()
+    locked, _ = await make_client(settings={"api_keys": ["sk-right"]})
+    assert (
+        await locked.post("/v1/chat/completions", json={"model": "tiny", "messages": USER})
+    ).status_code == 401
+    (line,) = [rec for rec in caplog.records if rec.name == "gateway.access"]
+    assert line.fields["error"] == "invalid_request_error/invalid_api_key"  # type: ignore[attr-defined]
 
 
 async def test_over_long_prompt_is_context_length_exceeded_naming_messages_or_prompt(

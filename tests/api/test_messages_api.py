@@ -169,6 +169,23 @@ async def test_max_tokens_beyond_the_context_is_clamped_and_ends_with_max_tokens
     assert_error(r, 400, "invalid_request_error", message="maximum context length")
 
 
+async def test_the_models_default_output_limit_does_not_cut_a_request_that_sets_max_tokens(
+    make_client: MakeClient,
+) -> None:
+    # max_tokens is required on this API, so a model's default limit (for requests that set none)
+    # never applies: a reply that ends by itself ends its turn (end_turn), as Claude Code needs.
+    client, engine = await make_client(
+        model={"max_model_len": 4096, "default_max_tokens": 8}, reply=lambda req, i: "word " * 20
+    )
+    r = await client.post("/v1/messages", json=body(max_tokens=32000))
+    assert r.status_code == 200, r.text
+    message = r.json()
+    assert message["stop_reason"] == "end_turn" and message["usage"]["output_tokens"] > 8, message
+    assert engine.requests[0].params.max_tokens == 4096 - message["usage"]["input_tokens"]
+    await client.post("/v1/messages", json=body(max_tokens=100))
+    assert engine.requests[1].params.max_tokens == 100
+
+
 async def test_the_billing_header_block_does_not_change_the_prompt(make_client: MakeClient) -> None:
     client, engine = await make_client()
     for version in ("3.abc", "4.def"):
@@ -288,7 +305,8 @@ async def test_malformed_json_and_wrong_content_type_are_anthropic_400s(make_cli
 
 async def test_unknown_model_is_not_found_error(make_client: MakeClient) -> None:
     client, _ = await make_client()
-    assert_error(await client.post("/v1/messages", json=body(model="claude-opus")), 404, "not_found_error")
+    r = await client.post("/v1/messages", json=body(model="claude-opus"))
+    assert_error(r, 404, "not_found_error", message="This server serves `tiny`.")
     r = await client.post("/v1/messages/count_tokens", json={"model": "nope", "messages": USER})
     assert_error(r, 404, "not_found_error")
 

@@ -21,7 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from deploy.devstack import DEV_TOKENS_PER_BLOCK, TritonServer
-from deploy.model_repo import render_repository
+from deploy.model_repo import LlmapiSettings, render_llmapi_repository, render_repository
 from deploy.tiny_model import build_tiny_model
 from tests.support.redis_server import redis_server, redis_url  # noqa: F401
 
@@ -49,11 +49,24 @@ class StackModel:
 
 
 @dataclass(frozen=True, slots=True)
+class LlmapiModel:
+    """One CPU stand-in of TensorRT-LLM's llmapi model served by the session's tritonserver."""
+
+    key: str
+    # Its Triton model name: anything, as users name it (upstream's is tensorrt_llm).
+    name: str
+    tokenizer_dir: Path
+    profile: str
+    decoupled: bool
+
+
+@dataclass(frozen=True, slots=True)
 class TritonStack:
     """The running server and the models it serves, keyed like ``bpe_current``."""
 
     server: TritonServer
     models: Mapping[str, StackModel]
+    llmapi: Mapping[str, LlmapiModel] = field(default_factory=dict)
 
     @property
     def grpc_url(self) -> str:
@@ -109,6 +122,14 @@ STOCK_LAYOUT: dict[str, tuple[str, str, bool, str | None]] = {
     "stock_metaspace_legacy_whole": ("metaspace", "legacy", False, None),
 }
 PREPROCESSING_OF = {"bpe": "bpe_current", "metaspace": "metaspace_current"}
+# CPU stand-ins of TensorRT-LLM's llmapi model, in one repository of their own (one torch process
+# each). key: (model.py profile, decoupled).
+LLMAPI_LAYOUT: dict[str, tuple[str, bool]] = {
+    "llmapi_current": ("current", True),
+    "llmapi_current_whole": ("current", False),
+    "llmapi_v12": ("v1.2", True),
+    "llmapi_v12_whole": ("v1.2", False),
+}
 
 
 @pytest.fixture(scope="session")
@@ -200,11 +221,23 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
             stock=True,
             decoupled=decoupled,
         )
+    llmapi: dict[str, LlmapiModel] = {}
+    for key, (profile, decoupled) in LLMAPI_LAYOUT.items():
+        settings = LlmapiSettings(
+            model=str(model_dirs["bpe"]),
+            name=key,
+            profile=profile,
+            decoupled=decoupled,
+            stand_in=True,
+            tokens_per_block=DEV_TOKENS_PER_BLOCK,
+        )
+        repositories.append(render_llmapi_repository(root / key, settings))
+        llmapi[key] = LlmapiModel(key, key, model_dirs["bpe"], profile, decoupled)
     server = TritonServer(repositories, work_dir=root / "server")
     server.start()
     try:
         server.wait_ready(STARTUP_TIMEOUT_S)
-        yield TritonStack(server=server, models=models)
+        yield TritonStack(server=server, models=models, llmapi=llmapi)
     finally:
         server.stop()
 

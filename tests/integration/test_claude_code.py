@@ -1,7 +1,8 @@
-"""Claude Code (npm `@anthropic-ai/claude-code`) completes a `claude -p` turn against the gateway,
-which serves the agent tiny model (64k context: Claude Code's prompt is about 16 thousand tokens)
-on the real CPU Triton. Run by `make claude-code`, which installs the pinned Claude Code and sets
-CLAUDE_CODE_BIN; `make test` leaves it out (it needs npm and the npm registry)."""
+"""Claude Code (npm `@anthropic-ai/claude-code`) completes a `claude -p` turn against the gateway
+as `make run` starts it (`gateway dev`: the agent tiny model, 64k context: Claude Code's prompt is
+about 16 thousand tokens, on the real CPU Triton). Run by `make claude-code`, which installs the
+pinned Claude Code and sets CLAUDE_CODE_BIN; `make test` leaves it out (it needs npm and the npm
+registry)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gateway_process import GatewayProcess, agent_gateway
+from tests.support.gateway_process import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.claude_code]
 
@@ -21,12 +22,14 @@ KEY = "sk-claude-code-test"
 
 
 @pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    root = tmp_path_factory.mktemp("claude_code")
-    options = "tool_parser=hermes,reasoning_parser=qwen3"
-    args = ["--api-keys", KEY, "--access-log"]
-    with agent_gateway(root, options, args, ready_timeout=300) as (process, _):
+def gateway() -> Iterator[GatewayProcess]:
+    # `gateway dev` with the dev model's own settings (its default output limit included), so
+    # what passes here is what a user of `make run` gets.
+    process = GatewayProcess(["--api-keys", KEY, "--access-log"], command="dev").start(timeout=600)
+    try:
         yield process
+    finally:
+        process.stop()
 
 
 def claude(gateway: GatewayProcess, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -56,6 +59,8 @@ def test_claude_code_completes_a_print_mode_turn(gateway: GatewayProcess, tmp_pa
     assert result["type"] == "result" and result["subtype"] == "success" and result["is_error"] is False, (
         result
     )
+    # The model ended its turn itself: no reply was cut at an output limit.
+    assert result["stop_reason"] == "end_turn", result
     # The turn went through the Messages API, streamed, and nothing on it failed.
     access = [line for line in gateway.log_text().splitlines() if "gateway.access" in line]
     assert any("POST /v1/messages 200" in line for line in access), access

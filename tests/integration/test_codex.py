@@ -1,8 +1,8 @@
-"""The Codex CLI (npm `@openai/codex`) completes a `codex exec` turn against the gateway, which
-serves the agent tiny model (64k context: Codex's first request is about 12 thousand tokens) on
-the real CPU Triton, over the Responses API (`wire_api = "responses"`). Run by `make codex`, which
-installs the pinned Codex and sets CODEX_BIN; `make test` leaves it out (it needs npm and the npm
-registry)."""
+"""The Codex CLI (npm `@openai/codex`) completes a `codex exec` turn over the Responses API
+(`wire_api = "responses"`) against the gateway as `make run` starts it (`gateway dev`: the agent
+tiny model, 64k context: Codex's first request is about 12 thousand tokens, on the real CPU
+Triton). Run by `make codex`, which installs the pinned Codex and sets CODEX_BIN; `make test`
+leaves it out (it needs npm and the npm registry)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gateway_process import GatewayProcess, agent_gateway
+from tests.support.gateway_process import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.codex]
 
@@ -23,13 +23,15 @@ KEY = "sk-codex-test"
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
-    root = tmp_path_factory.mktemp("codex")
-    # As `gateway dev` serves it: Codex sets no output limit and the random model rarely ends
-    # by itself, so a default limit ends the turn, as completed (Codex errors on incomplete).
-    options = "tool_parser=hermes,reasoning_parser=qwen3,default_max_tokens=64,default_limit_status=completed"
-    args = ["--api-keys", KEY, "--access-log", "--state-dir", str(root / "state")]
-    with agent_gateway(root, options, args) as (process, _):
+    # `gateway dev` with the dev model's own settings (its default output limit included), so
+    # what passes here is what a user of `make run` gets.
+    state = tmp_path_factory.mktemp("codex") / "state"
+    args = ["--api-keys", KEY, "--access-log", "--state-dir", str(state)]
+    process = GatewayProcess(args, command="dev").start(timeout=600)
+    try:
         yield process
+    finally:
+        process.stop()
 
 
 def codex_home(gateway: GatewayProcess, home: Path) -> Path:

@@ -1,9 +1,13 @@
-"""`gateway dev` as `make run` starts it: its ready line comes only once the port accepts
-connections, names the tokenizer directory, and --tool-parser reaches the served model."""
+"""`gateway dev` as `make run` starts it: one ready line, only once the gateway serves (Triton's
+start is said in words that cannot be mistaken for it), naming the tokenizer directory; the
+commands it prints run as printed; --tool-parser reaches the served model."""
 
 from __future__ import annotations
 
 import queue
+import re
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +20,7 @@ import httpx
 from tests.support.gateway_process import free_port
 
 STARTUP_TIMEOUT_S = 300.0
+READY_WORD = re.compile(r"\bready\b", re.IGNORECASE)
 
 
 def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser() -> None:
@@ -36,16 +41,35 @@ def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser()
         while True:
             line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
             seen.append(line)
-            if line.startswith("gateway: serving"):
+            if line.startswith("Ready: "):
                 break
             assert proc.poll() is None, "".join(seen)
-        # The line is printed after the port accepted a connection: it accepts one now.
+        # The one ready line: no line before it says ready (Triton's start included); the
+        # capability table's status cells are no lines of their own.
+        said = [s for s in seen[:-1] if READY_WORD.search(s) and "│" not in s]
+        assert not said, "".join(seen)
+        assert any(s.startswith("gateway dev: Triton started (gRPC ") for s in seen), "".join(seen)
+        # It is printed once the gateway serves: it accepts a connection, and its model is ready.
         with socket.create_connection(("127.0.0.1", port), timeout=1.0):
             pass
+        assert httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=10).status_code == 200
         tokenizer = line.split("tokenizer ", 1)[1].split(")", 1)[0]
         assert (Path(tokenizer) / "tokenizer.json").is_file()
-        hint = lines.get(timeout=5) + lines.get(timeout=5)
-        assert "curl http://127.0.0.1:" in hint and f"tokenizer={tokenizer}" in hint
+        curl, check = lines.get(timeout=5).strip(), lines.get(timeout=5).strip()
+        assert curl.startswith(f"curl http://127.0.0.1:{port}/v1/chat/completions ")
+        program = shlex.split(check)[0]
+        found = shutil.which(program) if "/" not in program else program
+        assert found and Path(found).resolve() == Path(command[0]).resolve(), check
+        assert f"tokenizer={tokenizer}" in check
+        assert "U+FFFD" in lines.get(timeout=5)
+        # Both run as printed, by a shell in the directory `gateway dev` was started in.
+        ran = subprocess.run(["bash", "-c", check], capture_output=True, text=True, timeout=120, check=False)
+        assert ran.returncode == 0 and "ready" in ran.stdout, ran.stdout + ran.stderr
+        if shutil.which("curl"):
+            ran = subprocess.run(
+                ["bash", "-c", curl], capture_output=True, text=True, timeout=120, check=False
+            )
+            assert ran.returncode == 0 and '"chat.completion"' in ran.stdout, ran.stdout + ran.stderr
         tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
         r = httpx.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",

@@ -9,6 +9,7 @@ generates greedily; usage and finish_reason with those ids' count.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -235,7 +236,9 @@ def test_gateway_check_reports_route_streamed_text_and_guided_decoding(triton_st
         for route in ROUTES:
             spec = f"name={served_name(key, route)},tokenizer={m.tokenizer_dir},triton_model={m.ensemble}"
             args += ["--model", spec + (",route=ensemble" if route == "ensemble" else "")]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    # os.environ, not the process's own environment, where readline (imported under pytest) set
+    # COLUMNS=80: read as a pipe with no width limit reads it, the check is one table.
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert out.returncode == 0, out.stdout + out.stderr
     (header,) = [line for line in out.stdout.splitlines() if line.count("┃") > 5]
     names = [c.strip() for c in header.split("┃")[1:-1]]

@@ -26,6 +26,11 @@ class FakeEngine:
     needs_prompt_ids: bool = False
     # Prompt tokens the engine says it reused from its KV cache (None: it does not report any).
     cached_tokens: int | None = None
+    # Like the llmapi model: it tokenizes text itself adding special tokens, reports no token
+    # counts, takes only these sampling parameters (None: all).
+    adds_special_tokens: bool = False
+    counts_text: bool = False
+    sampling: frozenset[str] | None = None
     # Fail after this many deltas (None: never), with this error.
     fail_after: int | None = None
     fail_with: type[Exception] = EngineError
@@ -54,6 +59,9 @@ class FakeEngine:
             logit_bias=self.logit_bias,
             needs_prompt_ids=self.needs_prompt_ids,
             cached_tokens=self.cached_tokens is not None,
+            adds_special_tokens=self.adds_special_tokens,
+            counts_text=self.counts_text,
+            sampling=self.sampling,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:

@@ -25,7 +25,11 @@ def free_port() -> int:
 
 
 class GatewayProcess:
-    def __init__(self, args: Sequence[str], *, env: dict[str, str] | None = None) -> None:
+    """`gateway serve ARGS`, or with command="dev" the whole dev stack as `make run` starts it."""
+
+    def __init__(
+        self, args: Sequence[str], *, env: dict[str, str] | None = None, command: str = "serve"
+    ) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkstemp(prefix="gateway-", suffix=".log")[1])
@@ -33,7 +37,7 @@ class GatewayProcess:
             sys.executable,
             "-m",
             "gateway.cli",
-            "serve",
+            command,
             "--host",
             "127.0.0.1",
             "--port",

@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gateway.apis.messages.protocol import ErrorResponse
 from gateway.errors import GatewayError, InvalidRequestError, PayloadTooLargeError, to_gateway_error
 from gateway.http.routing import Handler, JsonBodyRoute
+from gateway.logs import note_error
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ def status_and_type(error: GatewayError) -> tuple[int, str]:
 
 def error_body(error: GatewayError) -> dict[str, Any]:
     _, kind = status_and_type(error)
+    note_error(kind, error.code)
     return {"type": "error", "error": {"type": kind, "message": error.message}}
 
 

@@ -160,10 +160,15 @@ class MessagesService(GenerationService):
                 prompt_param="messages",
                 limits=limits,
             )
-        ids, room = await v.prompt_budget(
-            runtime, prompt, requested=None, param="max_tokens", prompt_param="messages", limits=limits
+        return await v.prompt_budget(
+            runtime,
+            prompt,
+            requested=None,
+            param="max_tokens",
+            prompt_param="messages",
+            limits=limits,
+            ceiling=requested,
         )
-        return ids, min(requested, room)
 
     async def count_tokens(self, body: MessageCountTokensRequest) -> MessageTokensCount:
         runtime = self._registry.get(body.model)

@@ -23,7 +23,8 @@ from gateway.errors import (
     to_gateway_error,
 )
 from gateway.http.middleware import ErrorShape
-from gateway.http.routing import flatten_routes
+from gateway.http.routing import flatten_routes, route_hint
+from gateway.logs import note_error
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def error_body(error: GatewayError) -> dict[str, Any]:
+    note_error(error.error_type, error.code)
     return {
         "error": {
             "message": error.message,
@@ -118,8 +120,8 @@ def install_error_handlers(app: FastAPI, error_shape: ErrorShape) -> None:
     """The app's handlers: OpenAI's bodies, except on the paths `error_shape` gives another API
     (errors outside that API's routes there: an unknown method or sub-path, a body too large)."""
 
-    def error_response(error: GatewayError, request: Request) -> JSONResponse:
-        status, body = error_shape(request.url.path, error)
+    def error_response(error: GatewayError, request: Request, shape_path: str | None = None) -> JSONResponse:
+        status, body = error_shape(shape_path or request.url.path, error)
         return JSONResponse(body, status_code=status, headers=error.headers or None)
 
     @app.exception_handler(GatewayError)
@@ -134,8 +136,14 @@ def install_error_handlers(app: FastAPI, error_shape: ErrorShape) -> None:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         error: GatewayError
         if exc.status_code == 404:
-            error = NotFoundError(f"Unknown request URL: {request.method} {request.url.path}.")
-        elif exc.status_code == 405:
+            path = request.url.path
+            hint = route_hint(request.app.routes, request.method, path)
+            advice = f" {hint.advice}" if hint is not None else ""
+            error = NotFoundError(f"Unknown request URL: {request.method} {path}.{advice}")
+            # In the shape of the API the client meant: an Anthropic client whose base URL ends
+            # in /v1 reads Anthropic's error body.
+            return error_response(error, request, hint.path if hint is not None else None)
+        if exc.status_code == 405:
             allowed = allowed_methods(request)
             error = MethodNotAllowedError(
                 f"Method {request.method} is not allowed for {request.url.path}"

@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from gateway.check import report
+from gateway.check import report, table
 from gateway.config import ServedModel
 from gateway.routing.registry import make_policy
 from gateway.text.tokenizer import Tokenizer
-from gateway.triton.engine import TritonAdapter, adapter_for
+from gateway.triton.engine import TritonAdapter
+from gateway.triton.llmapi_engine import LlmapiAdapter
+from gateway.triton.models import adapter_for
 from gateway.triton.pool import TritonPool
 from tests.unit.gateway.triton.test_translation import CURRENT, LEGACY, contract_of
 
@@ -42,11 +44,14 @@ async def test_one_factory_builds_each_models_adapter_on_its_route(tiny_bpe_dir:
         engine = adapter_for(
             pool, ServedModel(name="c", tokenizer=tiny_bpe_dir, route="engine", engine_model="trt")
         )
-        assert all(isinstance(a, TritonAdapter) for a in (auto, ensemble, engine))
-        # The route is chosen when the ensemble's config is read (auto), unless forced.
-        assert (auto._model, auto._requested_route, auto._engine_model) == ("ens", "auto", None)
-        assert (ensemble._model, ensemble._requested_route) == ("ensemble", "ensemble")
-        assert (engine._model, engine._requested_route) == ("trt", "engine")
+        # The contract is detected from the model config; the C++ one's route is then chosen
+        # when the ensemble's config is read (auto), unless forced.
+        cpp = [m.adapter_for("tensorrt_llm") for m in (auto, ensemble, engine)]
+        assert all(isinstance(a, TritonAdapter) for a in cpp)
+        assert (cpp[0]._model, cpp[0]._requested_route, cpp[0]._engine_model) == ("ens", "auto", None)
+        assert (cpp[1]._model, cpp[1]._requested_route) == ("ensemble", "ensemble")
+        assert (cpp[2]._model, cpp[2]._requested_route) == ("trt", "engine")
+        assert isinstance(auto.adapter_for("llmapi"), LlmapiAdapter)
     finally:
         await pool.close()
 
@@ -82,3 +87,32 @@ def test_a_gpt_oss_model_on_a_route_that_returns_text_is_not_servable(tiny_bpe_d
     # The think formats' markers survive a text route: those models are served there.
     qwen3 = ServedModel(name="q", tokenizer=tiny_bpe_dir, reasoning_parser="qwen3")
     assert report(qwen3, text_only, None, tokenizer).status == "ready"
+
+
+def test_the_table_fits_the_terminal_and_stays_one_table_where_there_is_none(tiny_bpe_dir: Path) -> None:
+    model = ServedModel(name="tiny", tokenizer=tiny_bpe_dir)
+    tokenizer = Tokenizer(tiny_bpe_dir)
+    ready = report(model, contract_of(CURRENT).with_decoupled(True).capabilities(), None, tokenizer)
+    down = report(
+        ServedModel(name="other", tokenizer=tiny_bpe_dir),
+        None,
+        "Triton at 127.0.0.1:8001 is unreachable (connection refused): is tritonserver running?",
+        tokenizer,
+    )
+    wide = table([ready, down])
+    assert max(map(len, wide.splitlines())) > 150  # one row per model, as a pipe reads it
+    assert len([line for line in wide.splitlines() if line.count("│") > 5]) == 2
+    for width in (80, 60):
+        narrow = table([ready, down], width)
+        lines = narrow.splitlines()
+        tables = [line for line in lines if "│" in line or "┃" in line or "─" in line]
+        assert tables and max(map(len, tables)) <= width, narrow
+        # Every capability and value is there, on its own row.
+        text = " ".join(narrow.replace("│", " ").split())
+        for row in (ready, down):
+            assert f"served model {row.name}" in text
+            for value in (row.status, row.route, row.streamed_text, row.tokenizer):
+                assert " ".join(value.split()) in text or value in narrow.replace("\n", ""), value
+        assert "tiny: " in lines[-1] and "route:" in lines[-1]
+    # A table that fits stays the one wide table.
+    assert table([ready], 1000) == table([ready])

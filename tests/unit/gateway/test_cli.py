@@ -130,6 +130,45 @@ def test_gateway_dev_with_a_taken_port_fails_at_once_without_starting_triton(tak
     assert "READY" not in result.stdout and "serving" not in result.stdout
 
 
+# What takes seconds to import; the checks that take well under one come before any of it.
+HEAVY_MODULES = ("transformers", "torch", "uvicorn", "fastapi", "gateway.app")
+
+
+def gateway_in_process(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """`gateway ARGS` in a fresh interpreter, and which heavy modules it had imported when it exited."""
+    seen = tmp_path / "imported"
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: open({str(seen)!r}, 'w').write("
+        f"' '.join(m for m in {HEAVY_MODULES!r} if m in sys.modules)))\n"
+        "from gateway.cli import main\n"
+        f"main({list(args)!r})\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=_env(), check=False
+    )
+    return result, seen.read_text().split()
+
+
+def test_a_missing_tokenizer_or_a_taken_port_is_found_before_the_heavy_imports(
+    tmp_path: Path, tiny_bpe_dir: Path, taken_port: int
+) -> None:
+    result, imported = gateway_in_process(tmp_path, "serve", "--model", "name=t,tokenizer=/models/nope")
+    one_line(result, 2, "tokenizer directory /models/nope does not exist")
+    assert imported == []
+    spec = f"name=t,tokenizer={tiny_bpe_dir}"
+    result, imported = gateway_in_process(tmp_path, "serve", "--port", str(taken_port), "--model", spec)
+    one_line(result, 1, f"cannot listen on 127.0.0.1:{taken_port}")
+    assert imported == []
+
+
+def test_gateway_dev_with_a_wrong_model_dir_fails_at_once_without_starting_triton(tmp_path: Path) -> None:
+    result, imported = gateway_in_process(tmp_path, "dev", "--port", "0", "--model-dir", "/models/nope")
+    line = one_line(result, 2, "--model-dir")
+    assert line == "gateway dev: --model-dir: tokenizer directory /models/nope does not exist"
+    assert imported == [] and "READY" not in result.stdout
+
+
 def test_help_shows_each_flags_own_value_choices_and_defaults() -> None:
     text = " ".join(gateway("serve", "--help").stdout.split())
     assert "--api-keys KEY" in text and "--cors-origins ORIGIN" in text and "--triton-url HOST:PORT" in text

@@ -108,7 +108,7 @@ def test_target_checks_state_each_target_with_its_figure():
     assert "throughput vs (a) at concurrency 64: 0.90x (target >= 0.8x): met" in checks
     assert "gateway vs LiteLLM at concurrency 64: throughput 4.50x" in checks
     # gateway 4.0 s against (a)'s 2.0 s for the same tokens at 64; concurrency 1 is left out.
-    assert "vs (a) at concurrency 16 and above: 2.00x at 64 (issue 22 target <= 1.0x): NOT met" in checks
+    assert "vs (a) at concurrency 16 and above: 2.00x at 64 (target <= 1.0x): NOT met" in checks
 
 
 def test_markdown_table_lists_every_row_and_why_a_target_did_not_run():

@@ -181,3 +181,37 @@ def _whole(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+def _text_choice(tok: Tokenizer, *, stops: tuple[str, ...] = (), max_tokens: int = 100) -> ChoiceState:
+    return ChoiceState(
+        0,
+        Utf8TextAssembler(),
+        stops=stops,
+        end_ids=frozenset(),
+        max_tokens=max_tokens,
+        count_text=lambda text: len(tok.encode(text, add_special_tokens=False)),
+    )
+
+
+def test_a_text_engines_finish_reason_is_taken_and_its_text_counted_again(tok: Tokenizer) -> None:
+    choice = _text_choice(tok)
+    assert choice.feed(GenerationDelta(0, text=b"Hello ")) == "Hello "
+    assert choice.feed(GenerationDelta(0, text=b"world", finish_reason="stop")) == "world"
+    assert choice.finish() == ""
+    assert choice.finish_reason == "stop"
+    assert choice.completion_tokens == len(tok.encode("Hello world", add_special_tokens=False))
+
+
+def test_a_length_finish_counts_exactly_max_tokens(tok: Tokenizer) -> None:
+    choice = _text_choice(tok, max_tokens=3)
+    choice.feed(GenerationDelta(0, text=b"a b c d e", finish_reason="length"))
+    choice.finish()
+    assert (choice.finish_reason, choice.completion_tokens) == ("length", 3)
+
+
+def test_a_stop_string_counts_the_text_generated_up_to_where_it_stopped(tok: Tokenizer) -> None:
+    choice = _text_choice(tok, stops=("STOP",))
+    assert choice.feed(GenerationDelta(0, text=b"one two STOP three")) == "one two "
+    assert choice.finish_reason == "stop"
+    assert choice.completion_tokens == len(tok.encode("one two STOP three", add_special_tokens=False))
