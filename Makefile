@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host host-bundle native-engine soak claude-code codex clean
+.PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host bench-long host-bundle native-engine soak claude-code codex clean
 
 install: $(STAMP)
 
@@ -65,6 +65,13 @@ bench-routing: install
 # --engine native: the synthetic tokens from the native engine (C), whose Triton cost per token is far lower.
 bench-host: install
 	$(PY) -m loadtest.bench_host $(BENCH_HOST_ARGS)
+
+# ~10 min: agent-sized prompts (conversations growing from 8k to 64k tokens, short streams beside
+# them) through one gateway worker on the engine route, the direct Triton client in the same run,
+# with the agent tiny model's and the families' real tokenizers (loadtest/bench_long.py).
+# BENCH_ARGS="--quick" (the agent tokenizer, small prompts, 2 s phases), "--tokenizers qwen3", ...
+bench-long: install
+	$(PY) -m loadtest.bench_long $(BENCH_ARGS)
 
 # The native engine (engines/native/: a Triton backend in C, synthetic tokens) into build/native/; the
 # dev stack and the tests build it themselves when it is missing or older than its sources.

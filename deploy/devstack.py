@@ -288,13 +288,18 @@ class TritonServer:
         generate_stream responses under load; ``http_send_buffer_applied`` says whether it held."""
         if not repositories:
             raise ValueError("at least one model repository is required")
+        # Every path is made absolute here, once: tritonserver runs with cwd=work_dir, so a path
+        # relative to the caller (the backend directory under a relative work_dir) would name
+        # another place for it.
         self.repositories = [Path(r).absolute() for r in repositories]
         self._requested_ports = (grpc_port, http_port, metrics_port)
         self._own_work_dir = work_dir is None
         self.work_dir = (
             Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="tritonserver-"))
-        )
-        self.log_file = Path(log_file) if log_file is not None else self.work_dir / "tritonserver.log"
+        ).absolute()
+        self.log_file = (
+            Path(log_file) if log_file is not None else self.work_dir / "tritonserver.log"
+        ).absolute()
         self._log_verbose = log_verbose
         self._exit_timeout_s = exit_timeout_s
         self._extra_args = list(extra_args)

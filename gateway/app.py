@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
@@ -16,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from gateway import tracing
 from gateway.apis import APIS, error_shape, rate_limit_headers
 from gateway.apis.openai.errors import install_error_handlers
+from gateway.asyncutil import watch_loop_lag
 from gateway.config import ServedModel, Settings
 from gateway.core.lora import Adapters
 from gateway.core.models import ModelRegistry, ModelRuntime
@@ -183,6 +185,10 @@ def create_app(
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes, registry.adapters))
+        # Threads render and join long prompts (Python code): with a 1 ms switch interval the loop
+        # gets the GIL back within a millisecond instead of five.
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
+        lag = asyncio.create_task(watch_loop_lag(metrics.loop_lag.observe))
         if settings.state_url is not None:
             from gateway.state_server import check
 
@@ -193,9 +199,10 @@ def create_app(
         finally:
             # Back under the collector, so that shutdown (and a test's next app) can free it.
             gc.unfreeze()
-            introspection.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await introspection
+            for task in (introspection, lag):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             for service in built:
                 await service.close()
             for runtime in runtimes:

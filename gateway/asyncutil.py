@@ -138,3 +138,13 @@ class IdleWatch:
 
     def cancel(self) -> None:
         self._handle.cancel()
+
+
+async def watch_loop_lag(observe: Callable[[float], None], interval_s: float = 0.05) -> None:
+    """Observe, every `interval_s`, how late the event loop woke this task: the time it spent in
+    something that did not yield (a long encode on the loop shows as lag of about its length)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        start = loop.time()
+        await asyncio.sleep(interval_s)
+        observe(max(0.0, loop.time() - start - interval_s))

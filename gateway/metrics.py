@@ -136,6 +136,13 @@ class GatewayMetrics:
             buckets=E2E_BUCKETS,
             registry=r,
         )
+        self.loop_lag = Histogram(
+            "gateway_event_loop_lag_seconds",
+            "How late the worker's event loop ran a timer set 50 ms ahead: time it spent on work that "
+            "did not yield to other streams.",
+            buckets=TOKEN_GAP_BUCKETS,
+            registry=r,
+        )
         self.prompt_tokens = Counter(
             "gateway_prompt_tokens", "Prompt tokens processed.", ["model"], registry=r
         )

@@ -875,6 +875,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quick", action="store_true", help="smoke run: 1 round, fewer users and requests")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
+    p.add_argument("--replicas", type=int, help="Triton replicas (default 4)")
     p.add_argument("--users", type=int, help="concurrent users (default 24)")
     p.add_argument("--requests", type=int, help="requests per run (default 192)")
     p.add_argument("--policies", help=f"comma list of {', '.join(POLICIES)}")
@@ -899,6 +900,7 @@ def config_from_args(args: argparse.Namespace) -> RoutingBenchConfig:
     changes: dict[str, Any] = {}
     for name, attr in (
         ("rounds", "rounds"),
+        ("replicas", "replicas"),
         ("users", "users"),
         ("requests", "requests"),
         ("documents", "documents"),

@@ -59,6 +59,14 @@ class Generation:
     # The model's reasoning format, when the reply is to be parsed for thinking (see build_generation).
     reasoning: ReasoningFormat | None = None
 
+    async def count_prompt(self) -> None:
+        """Count a prompt sent before it was tokenized, off the event loop where it is long."""
+        if self.totals.prompt_tokens is None and self.uncounted is not None:
+            tokenizer, text, add_special = self.uncounted
+            ids = await tokenizer.encode_async(text, add_special_tokens=add_special)
+            if self.totals.prompt_tokens is None:  # (the engine may have said meanwhile)
+                self.totals.prompt_tokens = len(ids)
+
     @property
     def prompt_tokens(self) -> int:
         if self.totals.prompt_tokens is None:
@@ -117,6 +125,11 @@ class PreparedRequest:
                     tools = StreamingToolParser(self.tool_format, tool_names=self.tool_names, make_id=make_id)
                 parsers[choice.index] = ReplyParser(reasoning=reasoning, tools=tools, count_text=count_text)
         return parsers
+
+    async def count_prompts(self) -> None:
+        """Make `prompt_tokens` known without encoding on the event loop."""
+        for generation in self.generations:
+            await generation.count_prompt()
 
     @property
     def prompt_tokens(self) -> int:
@@ -367,6 +380,7 @@ async def events(prepared: PreparedRequest, metrics: GatewayMetrics | None) -> A
         span.end()
     if any(g.totals.stopped_early for g in prepared.generations):
         _count(metrics, cancelled="finished_early")
+    await prepared.count_prompts()
     timer.done(prepared.prompt_tokens, prepared.completion_tokens)
 
 

@@ -194,7 +194,18 @@ def engine_prompt(runtime: ModelRuntime, text: str) -> tuple[str, bool]:
     return text, True
 
 
-def prompt_budget(
+@dataclass(frozen=True, slots=True)
+class _Budget:
+    """What a prompt's budget is worked out with (prompt_budget's arguments)."""
+
+    requested: int | None
+    param: str
+    prompt_param: str
+    limits: RequestLimits
+    ceiling: int | None
+
+
+async def prompt_budget(
     runtime: ModelRuntime,
     text: str,
     *,
@@ -214,35 +225,77 @@ def prompt_budget(
     When the engine does not need the ids and an upper bound on their count already proves every
     limit holds and fixes max_tokens, the ids are None: the request goes out first and the prompt
     is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
-    errors included."""
-    tokenizer = runtime.tokenizer
+    errors included. A long prompt is encoded off the event loop (Tokenizer.encode_async)."""
+    how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
+    text, add_special_tokens = engine_prompt(runtime, text)
+    bounded = _bounded_budget(runtime, text, add_special_tokens, how)
+    if bounded is not None:
+        return None, bounded
+    ids = await runtime.tokenizer.encode_async(text, add_special_tokens=add_special_tokens)
+    return ids, _exact_budget(runtime, len(ids), how)
+
+
+def prompt_budget_now(
+    runtime: ModelRuntime,
+    text: str,
+    *,
+    requested: int | None,
+    param: str,
+    prompt_param: str,
+    limits: RequestLimits,
+    ceiling: int | None = None,
+) -> tuple[list[int] | None, int]:
+    """`prompt_budget` on the calling thread, for callers that try many prompts in a row (fitting
+    a conversation by dropping items): each is mostly pieces already encoded."""
+    how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
+    text, add_special_tokens = engine_prompt(runtime, text)
+    bounded = _bounded_budget(runtime, text, add_special_tokens, how)
+    if bounded is not None:
+        return None, bounded
+    ids = runtime.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    return ids, _exact_budget(runtime, len(ids), how)
+
+
+def _requested(runtime: ModelRuntime, requested: int | None) -> int | None:
     if requested is None and runtime.max_model_len is None:
         # No context length to take the rest of: the model's default output limit, if it has one.
-        requested = runtime.config.default_max_tokens
-    # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
-    # count must match what the engine sees.
-    text, add_special_tokens = engine_prompt(runtime, text)
-    if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
-        bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
-        if bound is not None:
-            try:
-                budget = resolve_max_tokens(
-                    requested,
-                    bound,
-                    runtime.max_model_len,
-                    param=param,
-                    prompt_param=prompt_param,
-                    limits=limits,
-                )
-            except InvalidRequestError:
-                pass  # Near a limit, or over it: the exact count decides, and names it.
-            else:
-                return None, _default_limit(runtime, requested, budget, ceiling)
-    ids = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return runtime.config.default_max_tokens
+    return requested
+
+
+def _bounded_budget(runtime: ModelRuntime, text: str, add_special_tokens: bool, how: _Budget) -> int | None:
+    """max_tokens where a bound on the prompt's length proves every limit without its ids.
+    (The stock preprocessing adds special tokens, chat templates write BOS themselves, and the
+    count must match what the engine sees: `add_special_tokens` says which.)"""
+    if runtime.engine.info.needs_prompt_ids or (how.requested is None and runtime.max_model_len is not None):
+        return None
+    bound = runtime.tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
+    if bound is None:
+        return None
+    try:
+        budget = resolve_max_tokens(
+            how.requested,
+            bound,
+            runtime.max_model_len,
+            param=how.param,
+            prompt_param=how.prompt_param,
+            limits=how.limits,
+        )
+    except InvalidRequestError:
+        return None  # Near a limit, or over it: the exact count decides, and names it.
+    return _default_limit(runtime, how.requested, budget, how.ceiling)
+
+
+def _exact_budget(runtime: ModelRuntime, count: int, how: _Budget) -> int:
     budget = resolve_max_tokens(
-        requested, len(ids), runtime.max_model_len, param=param, prompt_param=prompt_param, limits=limits
+        how.requested,
+        count,
+        runtime.max_model_len,
+        param=how.param,
+        prompt_param=how.prompt_param,
+        limits=how.limits,
     )
-    return ids, _default_limit(runtime, requested, budget, ceiling)
+    return _default_limit(runtime, how.requested, budget, how.ceiling)
 
 
 def _default_limit(runtime: ModelRuntime, requested: int | None, budget: int, ceiling: int | None) -> int:

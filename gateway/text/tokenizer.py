@@ -7,18 +7,23 @@ transformers' AutoTokenizer imports it; the app freezes that start-up heap out o
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidRequestError, ServerConfigError
+from gateway.text.encoding import INLINE_CHARS, PromptEncoder
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+# Chat messages with more text than this are rendered on a thread: a template's loops over a long
+# conversation take milliseconds (about 9 ms for 200 kB with Qwen3's), too long for the event loop.
+RENDER_INLINE_CHARS = 8192
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +99,11 @@ class Tokenizer:
         backend = getattr(self._tok, "_tokenizer", None)
         clean_up = bool(getattr(self._tok, "clean_up_tokenization_spaces", False))
         self._backend: Any = backend if backend is not None and not clean_up else None
+        # Prompts are encoded by the Rust tokenizer itself where it gives transformers' ids (checked
+        # on probe texts): piece by piece with a cache, long ones on threads (text.encoding).
+        self.encoder: PromptEncoder | None = None
+        if backend is not None and _same_ids(self._tok, backend):
+            self.encoder = PromptEncoder(backend)
         self._anchor = self.encode("a", add_special_tokens=False)[:1]
         self._token_texts: dict[int, str] = {}
         # Byte-level BPE (GPT-2, Llama 3, Qwen, ...): streamed text is then one table look-up per
@@ -132,9 +142,22 @@ class Tokenizer:
         return self._chat_template is not None or bool(getattr(self._tok, "chat_template", None))
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
-        if self._backend is not None:
-            return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
+        """The ids of `text`, on the calling thread (short texts, and callers that cannot wait)."""
+        if self.encoder is not None:
+            return self.encoder.encode_now(text, add_special_tokens=add_special_tokens)
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
+
+    async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        """The ids of `text`, exactly `encode`'s, without holding the event loop for a long text:
+        its known pieces come from the cache and its new ones are encoded on a thread."""
+        if self.encoder is not None:
+            return await self.encoder.encode(text, add_special_tokens=add_special_tokens)
+        if len(text) <= INLINE_CHARS:
+            return self.encode(text, add_special_tokens=add_special_tokens)
+        # transformers' own encode holds the GIL; a thread still lets the loop run between slices.
+        return await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self.encode(text, add_special_tokens=add_special_tokens)
+        )
 
     def token_bound(self, text: str, *, add_special_tokens: bool = True) -> int | None:
         """At most how many tokens `text` encodes to, found without encoding it; None where this
@@ -182,6 +205,17 @@ class Tokenizer:
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return list(self._tok.convert_ids_to_tokens(list(ids)))
 
+    async def render_chat(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+        """`apply_chat_template`, on a thread when the messages hold much text (the template is
+        Python code: the loop then gets the GIL back every switch interval instead of waiting for
+        the whole render)."""
+        if _text_size(messages, kwargs) <= RENDER_INLINE_CHARS:
+            return self.apply_chat_template(messages, **kwargs)
+        pool = self.encoder.pool if self.encoder is not None else None
+        return await asyncio.get_running_loop().run_in_executor(
+            pool, lambda: self.apply_chat_template(messages, **kwargs)
+        )
+
     @functools.cached_property
     def bos_token(self) -> str | None:
         """The text of the tokenizer's beginning-of-sequence token, if it has one."""
@@ -207,6 +241,28 @@ class Tokenizer:
                 f"the chat template rejected the messages: {exc}", param="messages"
             ) from None
         return str(rendered)
+
+
+def _text_size(messages: list[dict[str, Any]], kwargs: Mapping[str, Any]) -> int:
+    """About how much text a render writes, counted cheaply: the messages' string contents, and
+    any tool list counted as long (an agent's tools are thousands of tokens)."""
+    size = sum(len(c) for m in messages if isinstance(c := m.get("content"), str))
+    return size + (RENDER_INLINE_CHARS + 1 if kwargs.get("tools") else 0)
+
+
+_ENCODE_PROBES = ("Hello, world!", " two  spaces\nand a line", "ünïcödé 数字 123456", "")
+
+
+def _same_ids(tok: Any, backend: Any) -> bool:
+    """Whether the Rust tokenizer gives transformers' ids (transformers may add its own
+    post-processing for some tokenizer classes)."""
+    for text in _ENCODE_PROBES:
+        for special in (False, True):
+            if list(backend.encode(text, add_special_tokens=special).ids) != list(
+                tok.encode(text, add_special_tokens=special)
+            ):
+                return False
+    return True
 
 
 def _one_symbol_per_byte(backend: Any) -> bool:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.api.conftest import MakeClient
+from tests.support.fixtures import tiny_agent_dir  # noqa: F401
 from tests.support.openai_schema import validate
 
 USER = [{"role": "user", "content": "Say hello"}]
@@ -388,3 +390,36 @@ def _is_utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
+
+
+@pytest.mark.parametrize("needs_prompt_ids", [True, False])
+async def test_a_long_conversation_is_rendered_and_encoded_off_the_loop_as_the_tokenizer_would(
+    make_client: MakeClient,
+    needs_prompt_ids: bool,
+    tiny_agent_dir: Path,  # noqa: F811
+) -> None:
+    """Long messages take the threaded render and the piecewise encoder; the prompt, its ids and
+    the usage are the tokenizer's own, also for the turn after (mostly cached pieces)."""
+    client, engine = await make_client(tokenizer_dir=tiny_agent_dir, needs_prompt_ids=needs_prompt_ids)
+    # (The same tokenizer directory as the app's: it is encoded piecewise.)
+    encoder = engine.tokenizer.encoder
+    assert encoder is not None and encoder.incremental
+    long_text = " ".join(f"line {i}: the value of x{i} is {i * 7}" for i in range(400))
+    messages = [{"role": "system", "content": long_text}, {"role": "user", "content": "Sum them."}]
+    for turn in range(2):
+        r = await client.post(
+            "/v1/chat/completions", json={"model": "tiny", "messages": messages, "max_tokens": 4}
+        )
+        assert r.status_code == 200, r.text
+        request = engine.requests[-1]
+        assert request.prompt_text == engine.tokenizer.apply_chat_template(messages)
+        want = engine.tokenizer._tok.encode(request.prompt_text)
+        if needs_prompt_ids:
+            assert list(request.prompt_ids) == want
+        assert r.json()["usage"]["prompt_tokens"] == len(want)
+        messages += [
+            {"role": "assistant", "content": REPLY},
+            {"role": "user", "content": f"And turn {turn}?"},
+        ]
+    metrics = (await client.get("/metrics")).text
+    assert "gateway_event_loop_lag_seconds_count" in metrics

@@ -75,8 +75,8 @@ class ChatCompletionsService(GenerationService):
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         with tracing.span("tokenize", model=runtime.name):
-            prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
-            ids, max_tokens = v.prompt_budget(
+            prompt = await runtime.tokenizer.render_chat(messages, **template_kwargs)
+            ids, max_tokens = await v.prompt_budget(
                 runtime,
                 prompt,
                 requested=requested,

@@ -46,7 +46,7 @@ class CompletionsService(GenerationService):
         n = v.choose_n(body.n, self._limits)
         stops = v.stop_strings(body.stop, self._limits)
         with tracing.span("tokenize", model=runtime.name):
-            prompts = _prompts(runtime, body, self._limits)
+            prompts = await _prompts(runtime, body, self._limits)
         logprobs, bias = v.token_options(
             runtime,
             logprobs=body.logprobs is not None,
@@ -177,7 +177,7 @@ def _usage(prepared: PreparedRequest) -> CompletionUsage:
     return CompletionUsage.of(prompt, completion, prepared.cached_tokens)
 
 
-def _prompts(
+async def _prompts(
     runtime: ModelRuntime, body: CompletionRequest, limits: v.RequestLimits
 ) -> list[tuple[str, list[int] | None, int]]:
     """Each prompt's text, token ids (None: counted later, see prompt_budget) and max_tokens."""
@@ -189,7 +189,7 @@ def _prompts(
         texts = [prompt] if isinstance(prompt, str) else cast(list[str], prompt)
         out: list[tuple[str, list[int] | None, int]] = []
         for text in texts:
-            ids, max_tokens = v.prompt_budget(
+            ids, max_tokens = await v.prompt_budget(
                 runtime,
                 text,
                 requested=body.max_tokens,

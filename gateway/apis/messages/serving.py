@@ -66,7 +66,7 @@ class PreparedMessage:
 
 
 class MessagesService(GenerationService):
-    def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[str, OutputPlan]:
+    async def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[str, OutputPlan]:
         plan = plan_output(
             tools=chat.tools,
             tool_choice=chat.tool_choice,
@@ -79,7 +79,7 @@ class MessagesService(GenerationService):
         if plan.template_tools is not None:
             kwargs["tools"] = plan.template_tools
         with tracing.span("tokenize", model=runtime.name):
-            return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
+            return await runtime.tokenizer.render_chat(chat.messages, **kwargs), plan
 
     async def prepare(
         self,
@@ -94,8 +94,8 @@ class MessagesService(GenerationService):
         _note_ignored(body.model_extra)
         chat = to_chat(body, max_tokens=body.max_tokens)
         stops = v.stop_strings(body.stop_sequences, self._limits)
-        prompt, plan = self._render(runtime, chat)
-        ids, max_tokens = self._budget(runtime, prompt, body.max_tokens)
+        prompt, plan = await self._render(runtime, chat)
+        ids, max_tokens = await self._budget(runtime, prompt, body.max_tokens)
         message_id = new_message_id()
         # Without a temperature the engine's own defaults sample; a fresh seed keeps TensorRT-LLM
         # (default seed 0) from sampling the same text for every request.
@@ -141,7 +141,9 @@ class MessagesService(GenerationService):
         display = getattr(body.thinking, "display", None)
         return PreparedMessage(prepared, show_thinking=display != "omitted")
 
-    def _budget(self, runtime: ModelRuntime, prompt: str, requested: int) -> tuple[list[int] | None, int]:
+    async def _budget(
+        self, runtime: ModelRuntime, prompt: str, requested: int
+    ) -> tuple[list[int] | None, int]:
         """The prompt's ids and max_tokens. Agents ask for more than a small context holds
         (Claude Code: 32000), and Anthropic's API takes `max_tokens` as a ceiling, so it is
         clamped to what the context (and the server's limit) leaves; a reply cut there ends
@@ -150,7 +152,7 @@ class MessagesService(GenerationService):
         if limits.max_tokens is not None:
             requested = min(requested, limits.max_tokens)
         if runtime.max_model_len is None:
-            return v.prompt_budget(
+            return await v.prompt_budget(
                 runtime,
                 prompt,
                 requested=requested,
@@ -158,7 +160,7 @@ class MessagesService(GenerationService):
                 prompt_param="messages",
                 limits=limits,
             )
-        return v.prompt_budget(
+        return await v.prompt_budget(
             runtime,
             prompt,
             requested=None,
@@ -172,8 +174,10 @@ class MessagesService(GenerationService):
         runtime = self._registry.get(body.model)
         await runtime.engine.ensure_ready()
         _note_ignored(body.model_extra)
-        prompt, _ = self._render(runtime, to_chat(body))
-        ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
+        prompt, _ = await self._render(runtime, to_chat(body))
+        ids = await runtime.tokenizer.encode_async(
+            prompt, add_special_tokens=runtime.config.add_special_tokens
+        )
         return MessageTokensCount(input_tokens=len(ids))
 
     def _router(
@@ -217,6 +221,7 @@ class MessagesService(GenerationService):
                 frames = reply.text(event.text, event.token_ids)
                 if not started:
                     started = True
+                    await prepared.count_prompts()
                     frames = writer.start(prepared.prompt_tokens, prepared.cached_tokens) + frames
                 if event.finish_reason is not None:
                     finish = event.finish_reason
@@ -224,6 +229,7 @@ class MessagesService(GenerationService):
                     yield frames
             frames = reply.finish()
             if not started:
+                await prepared.count_prompts()
                 frames = writer.start(prepared.prompt_tokens, prepared.cached_tokens) + frames
             stop = prepared.choices[0].stop_sequence
             reason = stop_reason(finish, tool_calls=reply.tool_calls, stop_sequence=stop)

@@ -45,6 +45,7 @@ from gateway.core.reasoning import effort_template_kwargs
 from gateway.core.validation import (
     RequestLimits,
     prompt_budget,
+    prompt_budget_now,
     request_deadline,
     stop_strings,
     token_options,
@@ -250,39 +251,40 @@ class ResponsesService(GenerationService):
         if body.reasoning is not None:
             template_kwargs.update(effort_template_kwargs(body.reasoning.effort))
 
-        def render(kept: Sequence[InputItem]) -> str:
-            messages = it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
-            return runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
+        def messages(kept: Sequence[InputItem]) -> list[dict[str, Any]]:
+            return it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
 
-        def budget(text: str) -> tuple[list[int] | None, int]:
-            return prompt_budget(
-                runtime,
-                text,
-                requested=requested,
-                param="max_output_tokens",
-                prompt_param="input",
-                limits=self._limits,
-            )
-
+        budget_args: dict[str, Any] = {
+            "requested": requested,
+            "param": "max_output_tokens",
+            "prompt_param": "input",
+            "limits": self._limits,
+        }
         with tracing.span("tokenize", model=runtime.name):
-            text = render(items)
+            text = await runtime.tokenizer.render_chat(messages(items), **template_kwargs)
             try:
-                ids, max_tokens = budget(text)
+                ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except ContextLengthExceededError as exc:
                 if body.truncation != "auto":
                     raise _renamed(exc) from None
 
+                # Fitting tries one shorter conversation after another, each mostly pieces the
+                # encoder has seen, so on the calling thread.
                 def fits(kept: Sequence[InputItem]) -> bool:
                     try:
-                        budget(render(kept))
+                        prompt_budget_now(
+                            runtime,
+                            runtime.tokenizer.apply_chat_template(messages(kept), **template_kwargs),
+                            **budget_args,
+                        )
                     except ContextLengthExceededError:
                         return False
                     return True
 
                 kept = it.truncate(items, fits)
                 conversation = conversation[len(conversation) - len(kept) :]
-                text = render(kept)
-                ids, max_tokens = budget(text)
+                text = await runtime.tokenizer.render_chat(messages(kept), **template_kwargs)
+                ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except GatewayError as exc:
                 raise _renamed(exc) from None
         return _Prompt(runtime, text, ids, max_tokens, plan, tools, conversation)
@@ -371,7 +373,7 @@ class ResponsesService(GenerationService):
         prompt = await self._prompt(body, None)
         ids = prompt.ids
         if ids is None:
-            ids = prompt.runtime.tokenizer.encode(
+            ids = await prompt.runtime.tokenizer.encode_async(
                 prompt.text, add_special_tokens=prompt.runtime.config.add_special_tokens
             )
         return InputTokens(input_tokens=len(ids))
