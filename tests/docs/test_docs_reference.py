@@ -46,6 +46,7 @@ OUTSIDE_FLAGS = {
         "--build",
     },
     "convert_checkpoint.py": {"--use_weight_only"},
+    "trtllm-build": {"--lora_plugin", "--lora_dir"},
     "py-spy": {"--gil"},
     "kubectl": {"--for", "--timeout", "--from-literal"},
     "mpirun": {"--allow-run-as-root", "--mca"},
