@@ -7,9 +7,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway import tracing
 from gateway.asyncutil import until_deadline
@@ -40,7 +40,10 @@ from gateway.ratelimit import current_quota
 from gateway.text.reasoning import ReasoningFormat, get_format
 from gateway.text.reply import ReplyParser
 from gateway.text.tokenizer import Tokenizer
-from gateway.text.tool_calls import StreamingToolParser, new_tool_call_id
+from gateway.text.tool_calls import ForcedToolParser, StreamingToolParser, new_tool_call_id
+from gateway.text.tool_calls.registry import HARMONY
+from gateway.text.tool_calls.registry import check_format as check_tool_format
+from gateway.text.tool_calls.registry import get_format as get_tool_format
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +83,11 @@ class PreparedRequest:
     # Chat only: how to find tool calls in the reply ("none": plain content).
     tool_format: str = "none"
     tool_names: frozenset[str] = frozenset()
+    # Each declared tool's parameters schema (see OutputPlan).
+    tool_parameters: Mapping[str, Any] = field(default_factory=dict)
+    # Guided decoding forces the reply to be a call (of `forced_name`, when known in advance).
+    forced: bool = False
+    forced_name: str | None = None
     # None: no log probabilities; k: with k alternatives per token.
     logprobs: int | None = None
 
@@ -104,16 +112,25 @@ class PreparedRequest:
 
             for choice in generation.choices:
                 reasoning = None
-                if fmt is not None:
+                # A reply forced to be a call is the guide's JSON from its first token: there is
+                # no thinking in it, even where the prompt opened a think block.
+                if fmt is not None and not self.forced:
                     # The chat template may have opened (or closed) the think block in the prompt.
                     reasoning = fmt.parser(
                         prompt=generation.request.prompt_text,
                         marker_ids=fmt.marker_ids(tokenizer.vocab),
                         make_id=make_id,
                     )
-                tools = None
-                if self.tool_format != "none":
-                    tools = StreamingToolParser(self.tool_format, tool_names=self.tool_names, make_id=make_id)
+                tools: StreamingToolParser | ForcedToolParser | None = None
+                if self.forced:
+                    tools = ForcedToolParser(name=self.forced_name, tool_names=self.tool_names, make_id=make_id)
+                elif self.tool_format != "none":
+                    tools = StreamingToolParser(
+                        self.tool_format,
+                        tool_names=self.tool_names,
+                        tool_parameters=self.tool_parameters,
+                        make_id=make_id,
+                    )
                 parsers[choice.index] = ReplyParser(reasoning=reasoning, tools=tools, count_text=count_text)
         return parsers
 
@@ -216,6 +233,9 @@ def reasoning_format(runtime: ModelRuntime) -> ReasoningFormat | None:
     own decoding of the generated ids can give: a route that returns text (an ensemble without
     `output_ids`) has already dropped them, so such a model cannot be served there."""
     fmt = get_format(runtime.config.reasoning_parser)
+    if fmt is None and check_tool_format(runtime.config.tool_parser) == HARMONY:
+        # A harmony model's calls are messages among its channels: the channel parser reads them.
+        fmt = get_format("gpt_oss")
     if fmt is not None and fmt.keeps_special_tokens and not runtime.engine.info.exposes_token_ids:
         raise ServerConfigError(
             f"model {runtime.name!r}: reasoning_parser {fmt.name} needs the generated token ids (its "
@@ -225,6 +245,16 @@ def reasoning_format(runtime: ModelRuntime) -> ReasoningFormat | None:
             code="reasoning_parser_needs_token_ids",
         )
     return fmt
+
+
+def _markers_skipped(runtime: ModelRuntime, tool_format: str) -> bool:
+    """Whether a tool format's markers are special tokens of this model (Llama 3.1's
+    ``<|python_tag|>``, Mistral's ``[TOOL_CALLS]``), which a default decode would drop."""
+    fmt = get_tool_format(tool_format)
+    if fmt is None:
+        return False
+    skipped = runtime.tokenizer.skipped_tokens
+    return any(marker in skipped for marker in fmt.markers)
 
 
 def new_id(prefix: str) -> str:
@@ -247,12 +277,15 @@ def build_generation(
     affinity: str | None = None,
     stream: bool = True,
     reasoning: bool = False,
+    tool_format: str = "none",
     priority: int = 0,
 ) -> Generation:
     """`reasoning`: the reply will be split by the model's reasoning format (chat completions,
     Responses, Messages), so it is decoded the way that format reads it, with its ids kept for
-    counting the thinking's tokens."""
+    counting the thinking's tokens. `tool_format`: the reply will be parsed for calls in that
+    format, whose markers may be special tokens that the decode must then keep."""
     fmt = reasoning_format(runtime) if reasoning else None
+    keep_special = (fmt is not None and fmt.keeps_special_tokens) or _markers_skipped(runtime, tool_format)
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
@@ -285,7 +318,7 @@ def build_generation(
         first_index=first_index,
         stops=stops,
         text_prefix=runtime.tokenizer.decode(prompt_ids) if repeated and prompt_ids else "",
-        skip_special_tokens=fmt is None or not fmt.keeps_special_tokens,
+        skip_special_tokens=not keep_special,
         keep_ids=fmt is not None and engine.exposes_token_ids,
     )
     if prompt_ids is None:

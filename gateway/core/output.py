@@ -5,7 +5,8 @@ I/O; API-neutral (each API passes its own tools, tool choice and response format
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidRequestError, UnsupportedParameterError
@@ -27,6 +28,12 @@ class OutputPlan:
     # How to parse the reply for tool calls ("none": plain content).
     tool_format: str
     tool_names: frozenset[str]
+    # Each declared tool's parameters schema (formats that write values as text type them by it).
+    tool_parameters: Mapping[str, Any] = field(default_factory=dict)
+    # True when guided decoding forces the reply to be a call (parsed as one from its first token),
+    # and `forced_name` the function it must be when that is known before the model writes it.
+    forced: bool = False
+    forced_name: str | None = None
 
 
 def plan_output(
@@ -66,11 +73,16 @@ def plan_output(
         choice,
         guided=forced and guided_decoding,
     )
+    offered = _offered(checked, choice)
+    guided_call = forced and guided_decoding
     return OutputPlan(
         guide,
-        [_template_tool(t) for t in _offered(checked, choice)],
+        [_template_tool(t) for t in offered],
         parse,
         frozenset(t.name for t in checked),
+        {t.name: t.parameters for t in checked if t.parameters},
+        forced=guided_call,
+        forced_name=offered[0].name if guided_call and len(offered) == 1 else None,
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from gateway.text.reasoning import ReasoningDelta, ReasoningEvent, ReasoningParser
 from gateway.text.tool_calls import (
     ContentDelta,
+    ForcedToolParser,
     StreamingToolParser,
     ToolCall,
     ToolCallArguments,
@@ -37,7 +38,7 @@ class ReplyParser:
         self,
         *,
         reasoning: ReasoningParser | None = None,
-        tools: StreamingToolParser | None = None,
+        tools: StreamingToolParser | ForcedToolParser | None = None,
         count_text: Callable[[str], int] | None = None,
     ) -> None:
         self._reasoning = reasoning

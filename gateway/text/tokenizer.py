@@ -120,6 +120,12 @@ class Tokenizer:
         large dict)."""
         return dict(self._tok.get_vocab())
 
+    @functools.cached_property
+    def skipped_tokens(self) -> frozenset[str]:
+        """The tokens a decode with special tokens skipped leaves out (the added tokens marked
+        special): a parser whose markers are among them needs special tokens kept."""
+        return frozenset(str(t.content) for t in self._tok.added_tokens_decoder.values() if t.special)
+
     @property
     def has_chat_template(self) -> bool:
         return self._chat_template is not None or bool(getattr(self._tok, "chat_template", None))

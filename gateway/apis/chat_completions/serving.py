@@ -112,6 +112,7 @@ class ChatCompletionsService(GenerationService):
             ),
             stream=bool(body.stream),
             reasoning=True,
+            tool_format=plan.tool_format,
             priority=priority,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -124,6 +125,9 @@ class ChatCompletionsService(GenerationService):
             client_deadline=v.client_chose_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
+            tool_parameters=plan.tool_parameters,
+            forced=plan.forced,
+            forced_name=plan.forced_name,
             logprobs=logprobs,
         )
         await reserve_quota(prepared)

@@ -127,6 +127,7 @@ class MessagesService(GenerationService):
                 user=body.metadata.user_id if body.metadata is not None else None,
             ),
             reasoning=True,
+            tool_format=plan.tool_format,
             priority=priority,
         )
         prepared = PreparedRequest(
@@ -136,6 +137,9 @@ class MessagesService(GenerationService):
             timeout_s=v.request_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
+            tool_parameters=plan.tool_parameters,
+            forced=plan.forced,
+            forced_name=plan.forced_name,
         )
         await reserve_quota(prepared)
         display = getattr(body.thinking, "display", None)

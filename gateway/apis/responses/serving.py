@@ -344,6 +344,7 @@ class ResponsesService(GenerationService):
                 user=body.user,
             ),
             reasoning=True,
+            tool_format=prompt.plan.tool_format,
             priority=priority,
         )
         prepared = PreparedRequest(
@@ -353,6 +354,9 @@ class ResponsesService(GenerationService):
             timeout_s=request_deadline(self._limits, timeout_s),
             tool_format=prompt.plan.tool_format,
             tool_names=prompt.plan.tool_names,
+            tool_parameters=prompt.plan.tool_parameters,
+            forced=prompt.plan.forced,
+            forced_name=prompt.plan.forced_name,
             logprobs=logprobs,
         )
         await reserve_quota(prepared)
