@@ -41,9 +41,8 @@ from gateway.text.reasoning import ReasoningFormat, get_format
 from gateway.text.reply import ReplyParser
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls import ForcedToolParser, StreamingToolParser, new_tool_call_id
-from gateway.text.tool_calls.registry import HARMONY
+from gateway.text.tool_calls.registry import HARMONY, needs_special_tokens
 from gateway.text.tool_calls.registry import check_format as check_tool_format
-from gateway.text.tool_calls.registry import get_format as get_tool_format
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +122,9 @@ class PreparedRequest:
                     )
                 tools: StreamingToolParser | ForcedToolParser | None = None
                 if self.forced:
-                    tools = ForcedToolParser(name=self.forced_name, tool_names=self.tool_names, make_id=make_id)
+                    tools = ForcedToolParser(
+                        name=self.forced_name, tool_names=self.tool_names, make_id=make_id
+                    )
                 elif self.tool_format != "none":
                     tools = StreamingToolParser(
                         self.tool_format,
@@ -247,16 +248,6 @@ def reasoning_format(runtime: ModelRuntime) -> ReasoningFormat | None:
     return fmt
 
 
-def _markers_skipped(runtime: ModelRuntime, tool_format: str) -> bool:
-    """Whether a tool format's markers are special tokens of this model (Llama 3.1's
-    ``<|python_tag|>``, Mistral's ``[TOOL_CALLS]``), which a default decode would drop."""
-    fmt = get_tool_format(tool_format)
-    if fmt is None:
-        return False
-    skipped = runtime.tokenizer.skipped_tokens
-    return any(marker in skipped for marker in fmt.markers)
-
-
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
@@ -285,7 +276,9 @@ def build_generation(
     counting the thinking's tokens. `tool_format`: the reply will be parsed for calls in that
     format, whose markers may be special tokens that the decode must then keep."""
     fmt = reasoning_format(runtime) if reasoning else None
-    keep_special = (fmt is not None and fmt.keeps_special_tokens) or _markers_skipped(runtime, tool_format)
+    keep_special = (fmt is not None and fmt.keeps_special_tokens) or needs_special_tokens(
+        tool_format, runtime.tokenizer.skipped_tokens
+    )
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")

@@ -137,7 +137,9 @@ class StreamingToolParser:
                 self._emit(self._pending[:keep], events)
                 self._pending = self._pending[keep:]
                 self._region_at = found - keep
-                self._region = fmt.region(self._opener_at(fmt, self._region_at), self._names, self._parameters)
+                self._region = fmt.region(
+                    self._opener_at(fmt, self._region_at), self._names, self._parameters
+                )
                 continue
             if final:
                 self._emit(self._pending, events)
@@ -266,7 +268,9 @@ def parse_tool_calls(
     make_id: Callable[[], str] = new_tool_call_id,
 ) -> ParsedOutput:
     """The content and calls of a complete reply. With no calls found, content is `text` unchanged."""
-    parser = StreamingToolParser(format, tool_names=tool_names, tool_parameters=tool_parameters, make_id=make_id)
+    parser = StreamingToolParser(
+        format, tool_names=tool_names, tool_parameters=tool_parameters, make_id=make_id
+    )
     events = parser.feed(text) + parser.finish()
     content = "".join(e.text for e in events if isinstance(e, ContentDelta))
     names: dict[int, tuple[str, str]] = {}

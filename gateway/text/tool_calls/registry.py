@@ -4,6 +4,7 @@ vLLM's (`--tool-call-parser`), so a vLLM deployment's flags carry over."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Final
 
 from gateway.errors import ServerConfigError
@@ -48,3 +49,11 @@ def get_format(name: str) -> ToolCallFormat | None:
     """The format called `name` (None for "none", and for harmony, whose calls come from the
     reply's channel parser)."""
     return _BY_NAME.get(check_format(name))
+
+
+def needs_special_tokens(name: str, skipped: Collection[str]) -> bool:
+    """Whether a reply parsed with format `name` must be decoded with special tokens kept: its
+    markers are among `skipped`, the tokens a default decode leaves out (Llama 3.1's
+    ``<|python_tag|>``, Mistral's ``[TOOL_CALLS]``; Qwen's and DeepSeek's are ordinary added tokens)."""
+    fmt = get_format(name)
+    return fmt is not None and any(marker in skipped for marker in fmt.markers)

@@ -190,7 +190,8 @@ class Qwen3CoderRegion:
                 if text.startswith("\n", value_at):
                     value_at += 1
                 elif value_at == len(text) and not final:
-                    return None  # the layout's newline may be the next token: where the value starts is unknown
+                    # The layout's newline may be the next token: where the value starts is open.
+                    return None
                 key = text[self._pos : close]
                 self.pieces.append(("," if self._written else "") + json.dumps(key, ensure_ascii=False) + ":")
                 self._written += 1

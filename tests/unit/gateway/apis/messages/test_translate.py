@@ -128,7 +128,8 @@ def request(**fields: Any) -> MessageCreateRequest:
             [
                 {
                     "role": "assistant",
-                    "content": "",
+                    # A call-only turn has null content (DeepSeek's templates render calls only then).
+                    "content": None,
                     "tool_calls": [
                         {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": {}}},
                         {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": {}}},
