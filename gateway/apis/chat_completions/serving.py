@@ -3,6 +3,7 @@ choices back as a chat.completion or a chunk stream."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -39,7 +40,6 @@ from gateway.errors import InvalidRequestError
 from gateway.text.reasoning import ReasoningDelta
 from gateway.text.reply import ReplyCollector, ReplyEvent, ReplyParser
 from gateway.text.tool_calls import ContentDelta, finish_reason
-from gateway.text.tool_calls.history import template_arguments
 
 
 class ChatCompletionsService(GenerationService):
@@ -279,17 +279,17 @@ def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
                 )
             texts.append(part.text)
         content = "".join(texts)
-    # A call-only turn keeps its null content: DeepSeek's templates render the calls only then.
-    out["content"] = content if content is not None or not message.tool_calls else None
+    out["content"] = content if content is not None else ""
     if message.name is not None:
         out["name"] = message.name
     if message.tool_calls:
-        # The object OpenAI clients sent as a JSON string (see template_arguments).
+        # Chat templates index into the arguments (Hermes/Qwen write `arguments | tojson`), so
+        # they get the object OpenAI clients sent as a JSON string.
         out["tool_calls"] = [
             {
                 "id": c.id,
                 "type": "function",
-                "function": {"name": c.function.name, "arguments": template_arguments(c.function.arguments)},
+                "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
             }
             for c in message.tool_calls
         ]
@@ -299,3 +299,11 @@ def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
     if thought is not None and message.role == "assistant":
         out["reasoning_content"] = thought
     return out
+
+
+def _arguments(raw: str) -> Any:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw

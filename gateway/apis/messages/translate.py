@@ -39,7 +39,6 @@ from gateway.apis.messages.protocol import (
     UnservedBlockParam,
 )
 from gateway.errors import InvalidRequestError
-from gateway.text.tool_calls.history import template_arguments
 
 BILLING_HEADER: Final = "x-anthropic-billing-header:"
 
@@ -179,12 +178,13 @@ def _assistant(message: MessageParam, where: str) -> dict[str, Any]:
         if isinstance(block, TextBlockParam):
             texts.append(block.text)
         elif isinstance(block, ToolUseBlockParam):
-            # The object, as the chat completions API gives it (see template_arguments).
+            # Chat templates index into the arguments (Hermes/Qwen write `arguments | tojson`),
+            # so they get the object, as the chat completions API gives it.
             calls.append(
                 {
                     "id": block.id,
                     "type": "function",
-                    "function": {"name": block.name, "arguments": template_arguments(block.input)},
+                    "function": {"name": block.name, "arguments": block.input},
                 }
             )
         elif isinstance(block, ThinkingBlockParam):
@@ -197,8 +197,7 @@ def _assistant(message: MessageParam, where: str) -> dict[str, Any]:
             raise InvalidRequestError(
                 f"{at}: an `assistant` message cannot contain `{block.type}` blocks.", param=at
             )
-    # A call-only turn has null content, as chat completions clients send it.
-    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    out: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
     if thinking:
         out["reasoning_content"] = "".join(thinking)
     if calls:

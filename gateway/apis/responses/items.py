@@ -8,6 +8,7 @@ reasoning models' templates read). `truncate` drops the oldest items for `trunca
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -22,7 +23,6 @@ from gateway.apis.responses.protocol import (
     Reasoning,
 )
 from gateway.errors import InvalidRequestError, UnsupportedParameterError
-from gateway.text.tool_calls.history import template_arguments
 
 _ADAPTERS: Final[dict[str, TypeAdapter[Any]]] = {
     "message": TypeAdapter(Message),
@@ -156,6 +156,15 @@ def _text(content: str | list[dict[str, Any]]) -> str:
     return "".join(part[_TEXT_PARTS[part["type"]]] for part in content)
 
 
+def _arguments(raw: str) -> Any:
+    # Chat templates index into the arguments (Hermes/Qwen write `arguments | tojson`).
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw
+
+
 def tool_name(name: str, namespace: str | None) -> str:
     """The name the model sees for a function, namespaced ones included (see tools.py)."""
     return f"{namespace}__{name}" if namespace else name
@@ -176,7 +185,7 @@ def to_messages(
     # The assistant message that function calls join, while nothing else came after it.
     open_turn: dict[str, Any] | None = None
 
-    def assistant(content: str | None) -> dict[str, Any]:
+    def assistant(content: str) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if reasoning:
             message["reasoning_content"] = "\n".join(reasoning)
@@ -193,8 +202,7 @@ def to_messages(
             messages.append({"role": role, "content": _text(item.content)})
         elif isinstance(item, FunctionCall):
             if open_turn is None:
-                # A call-only turn has null content, as chat completions clients send it.
-                open_turn = assistant(None)
+                open_turn = assistant("")
             elif reasoning:
                 # Reasoning between two calls of one turn belongs to the same turn.
                 open_turn["reasoning_content"] = (
@@ -207,7 +215,7 @@ def to_messages(
                     "type": "function",
                     "function": {
                         "name": tool_name(item.name, item.namespace),
-                        "arguments": template_arguments(item.arguments),
+                        "arguments": _arguments(item.arguments),
                     },
                 }
             )

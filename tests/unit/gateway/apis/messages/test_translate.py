@@ -128,8 +128,7 @@ def request(**fields: Any) -> MessageCreateRequest:
             [
                 {
                     "role": "assistant",
-                    # A call-only turn has null content (DeepSeek's templates render calls only then).
-                    "content": None,
+                    "content": "",
                     "tool_calls": [
                         {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": {}}},
                         {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": {}}},

@@ -81,7 +81,7 @@ def test_a_function_call_round_trip_becomes_tool_calls_and_a_tool_message() -> N
         {"role": "user", "content": "weather?"},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "reasoning_content": "hmm",
             "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "get", "arguments": {"city": "Paris"}}},
