@@ -62,6 +62,7 @@ class ChatCompletionsService(GenerationService):
             tool_choice=body.tool_choice,
             parallel_tool_calls=body.parallel_tool_calls,
             response_format=body.response_format,
+            structured_outputs=body.structured_outputs,
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
         )
