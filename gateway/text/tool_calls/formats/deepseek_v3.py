@@ -134,10 +134,10 @@ class DeepSeekRegion:
             j = skip_ws(text, newline)
             if text.startswith(_FENCE_JSON, j):
                 j = skip_ws(text, j + len(_FENCE_JSON))
+            elif _partial(text[j:], _FENCE_JSON) and not final:
+                return None  # the fence, or its language, is still being written
             elif text.startswith(_FENCE, j):
                 j = skip_ws(text, j + len(_FENCE))
-            elif _partial(text[j:], _FENCE_JSON) and not final:
-                return None
         else:
             name = kind
             j = skip_ws(text, j)

@@ -95,6 +95,31 @@ def encode(family: str, text: str) -> list[int]:
     return family_tokenizer(family).encode(text, add_special_tokens=False)
 
 
+def served(family: str, tool_parser: str, reasoning_parser: str) -> Any:
+    """What `reasoning_format` reads of a served model: its parsers, and an engine that gives ids."""
+    return SimpleNamespace(
+        name=family,
+        config=SimpleNamespace(reasoning_parser=reasoning_parser, tool_parser=tool_parser),
+        engine=SimpleNamespace(info=SimpleNamespace(exposes_token_ids=True, route="engine")),
+    )
+
+
+def run_text(
+    text: str, *, tool_parser: str, reasoning_parser: str = "none", prompt: str = "", step: int | None = None
+) -> ParsedReply:
+    """The decoded reply `text` through the parsers alone, fed `step` characters at a time."""
+    fmt = reasoning_format(served("", tool_parser, reasoning_parser))
+    reasoning = fmt.parser(prompt=prompt) if fmt is not None else None
+    tools = StreamingToolParser(tool_parser, tool_names=PARAMETERS, tool_parameters=PARAMETERS)
+    parser = ReplyParser(reasoning=reasoning, tools=tools)
+    collector = ReplyCollector()
+    size = step or max(len(text), 1)
+    for i in range(0, len(text), size):
+        collector.add(parser.feed(text[i : i + size]))
+    collector.add(parser.finish())
+    return collector.reply()
+
+
 @dataclass(frozen=True, slots=True)
 class Streamed:
     reply: ParsedReply
@@ -119,12 +144,7 @@ def run_reply(
     """The reply `ids` fed in pieces cut at `splits` (token positions), as a served model of the
     family with those parsers streams it."""
     tok = family_tokenizer(family)
-    runtime: Any = SimpleNamespace(
-        name=family,
-        config=SimpleNamespace(reasoning_parser=reasoning_parser, tool_parser=tool_parser),
-        engine=SimpleNamespace(info=SimpleNamespace(exposes_token_ids=True, route="engine")),
-    )
-    fmt = reasoning_format(runtime)
+    fmt = reasoning_format(served(family, tool_parser, reasoning_parser))
     keep = (fmt is not None and fmt.keeps_special_tokens) or needs_special_tokens(
         tool_parser, tok.skipped_tokens
     )

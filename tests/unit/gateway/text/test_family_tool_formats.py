@@ -16,6 +16,7 @@ from tests.unit.gateway.text.family_replies import (
     encode,
     family_tokenizer,
     run_reply,
+    run_text,
 )
 
 PARIS = {"city": "Paris", "days": 3}
@@ -346,3 +347,28 @@ def test_a_required_call_among_several_tools_is_announced_once_its_name_is_writt
             assert got.reply.tool_calls[0].name == "get_weather"
         else:
             assert not got.reply.tool_calls
+
+
+# The end tokens a reply's text may end with (never text: the engine's end ids).
+END_TOKENS = ("<|eom_id|>", "<|eot_id|>", "<|im_end|>", "<｜end▁of▁sentence｜>", "<|call|>", "<|return|>")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_any_split_of_the_text_gives_the_same_reply(case: Case) -> None:
+    """A guided engine may tokenize the same text otherwise than the tokenizer does: the parsers
+    give the same reply fed one character at a time."""
+    text = case.text
+    for end in END_TOKENS:
+        text = text.removesuffix(end)
+    kwargs: dict[str, Any] = {
+        "tool_parser": case.tool_parser,
+        "reasoning_parser": case.reasoning_parser,
+        "prompt": case.prompt,
+    }
+    for step in (None, 1):
+        reply = run_text(text, step=step, **kwargs)
+        assert (reply.reasoning, reply.content or None, calls(reply)) == (
+            case.reasoning,
+            case.content,
+            case.calls,
+        )
