@@ -367,8 +367,5 @@ def test_any_split_of_the_text_gives_the_same_reply(case: Case) -> None:
     }
     for step in (None, 1):
         reply = run_text(text, step=step, **kwargs)
-        assert (reply.reasoning, reply.content or None, calls(reply)) == (
-            case.reasoning,
-            case.content,
-            case.calls,
-        )
+        want = (case.reasoning, case.content or None, case.calls)
+        assert (reply.reasoning, reply.content or None, calls(reply)) == want
