@@ -120,6 +120,18 @@ class Tokenizer:
         large dict)."""
         return dict(self._tok.get_vocab())
 
+    @functools.cached_property
+    def special_affixes(self) -> tuple[str, str]:
+        """The special tokens encoding adds before and after any text (add_special_tokens), as
+        their text: ("<s>", "") for Llama 2, ("", "") for Qwen3 or gpt-oss."""
+        plain = self.encode("a", add_special_tokens=False)
+        full = self.encode("a", add_special_tokens=True)
+        for start in range(len(full) - len(plain) + 1):
+            if full[start : start + len(plain)] == plain:
+                before, after = full[:start], full[start + len(plain) :]
+                return "".join(self.convert_ids_to_tokens(before)), "".join(self.convert_ids_to_tokens(after))
+        return "", ""
+
     @property
     def has_chat_template(self) -> bool:
         return self._chat_template is not None or bool(getattr(self._tok, "chat_template", None))
@@ -175,7 +187,9 @@ class Tokenizer:
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return list(self._tok.convert_ids_to_tokens(list(ids)))
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
         if not self.has_chat_template:
             raise InvalidRequestError(
                 "this model has no chat template; use /v1/completions or configure a chat template file",
@@ -185,7 +199,7 @@ class Tokenizer:
             rendered = self._tok.apply_chat_template(
                 messages,
                 tokenize=False,
-                add_generation_prompt=True,
+                add_generation_prompt=add_generation_prompt,
                 chat_template=self._chat_template,
                 **kwargs,
             )
