@@ -199,3 +199,80 @@ def test_every_api_and_route_answers_as_transformers(
                 assert prompt_tokens == len(expected.prompt_ids), what
                 assert completion_tokens == len(expected.ids), what
                 assert not any(s in text for s in specials), what
+
+
+def _chat(base: str, model: str, *, stream: bool, **extra: Any) -> tuple[str, str, list[dict[str, Any]]]:
+    """(content, finish reason, logprobs content entries) of one greedy chat request."""
+    body = {"model": model, "messages": MESSAGES, "max_tokens": MAX_TOKENS, "temperature": 0, **extra}
+    if not stream:
+        r = httpx.post(base + "/v1/chat/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        choice = r.json()["choices"][0]
+        return (
+            choice["message"]["content"] or "",
+            choice["finish_reason"],
+            (choice["logprobs"] or {}).get("content") or [],
+        )
+    text, finish, entries = "", "", []
+    with httpx.stream("POST", base + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as r:
+        assert r.status_code == 200
+        for event in _sse(r):
+            for c in event["choices"]:
+                text += c["delta"].get("content") or ""
+                finish = c["finish_reason"] or finish
+                entries += (c.get("logprobs") or {}).get("content") or []
+    return text, finish, entries
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_stop_strings_cut_exactly_and_logprob_bytes_are_the_content(
+    family: str, gateway: GatewayProcess, triton_stack: TritonStack
+) -> None:
+    ref = reference(triton_stack, family)
+    expected = ref.generate(ref.chat_ids(MESSAGES)).text
+    # A stop string from the middle of the answer, where it first occurs: the text ends before it.
+    at = max(1, len(expected) // 2)
+    stop = expected[at : at + 2]
+    at = expected.index(stop)
+    for route in family_routes(triton_stack, family):
+        model = f"{family}-{route}"
+        for stream in (False, True):
+            text, finish, _ = _chat(gateway.base_url, model, stream=stream, stop=[stop])
+            assert (text, finish) == (expected[:at], "stop"), (model, stream, stop)
+    for stream in (False, True):
+        # The first token's bytes included: where the text drops a SentencePiece answer's leading
+        # space, its log probability's bytes drop it too.
+        text, _, entries = _chat(gateway.base_url, f"{family}-engine", stream=stream, logprobs=True)
+        assert text == expected
+        joined = b"".join(bytes(e["bytes"]) for e in entries)
+        # Exact bytes, where a random model's partial characters never complete: the text has
+        # the replacement character the tokenizer's decoding puts there.
+        assert joined.decode("utf-8", "replace") == text, (family, stream)
+        assert "\ufffd" in text or joined == text.encode()
+        # A token that is not whole characters is named by its bytes, as OpenAI names it.
+        for e in entries:
+            raw = bytes(e["bytes"])
+            named = "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+            assert e["token"] == (named if e["token"].startswith("bytes:") else raw.decode())
+
+
+@pytest.mark.parametrize("family", [f for f, spec in FAMILIES.items() if spec.byte_fallback])
+def test_byte_fallback_pieces_decode_as_the_tokenizer_decodes_them(
+    family: str, gateway: GatewayProcess, triton_stack: TritonStack
+) -> None:
+    ref = reference(triton_stack, family)
+    # Steered onto the byte pieces of 🙂 and 你: whole characters where they come in order,
+    # replacement characters where they do not, exactly as the tokenizer's decoding has them.
+    pieces = ref.tokenizer.convert_tokens_to_ids(list(BYTE_PIECES))
+    bias = {int(i): 100.0 for i in pieces}
+    expected = ref.generate(ref.chat_ids(MESSAGES), bias=bias)
+    assert set(expected.ids) <= set(bias) | set(ref.model.generation_config.eos_token_id)
+    model = f"{family}-engine"
+    for stream in (False, True):
+        text, _, entries = _chat(
+            gateway.base_url, model, stream=stream, logit_bias={str(i): 100 for i in bias}, logprobs=True
+        )
+        assert text == expected.text, stream
+        assert [bytes(e["bytes"]) for e in entries] == [
+            bytes([int(p[3:5], 16)]) for p in ref.tokenizer.convert_ids_to_tokens(expected.ids)
+        ]
