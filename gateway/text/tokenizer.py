@@ -144,6 +144,17 @@ class Tokenizer:
         return "tools" in template_variables(template)
 
     @property
+    def chat_template(self) -> str | None:
+        """The chat template in use: the configured file's, else the tokenizer's (its default one
+        where it ships several by name)."""
+        if self._chat_template is not None:
+            return self._chat_template
+        template = getattr(self._tok, "chat_template", None)
+        if isinstance(template, dict):
+            template = template.get("default")
+        return template if isinstance(template, str) else None
+
+    @property
     def has_chat_template(self) -> bool:
         return self._chat_template is not None or bool(getattr(self._tok, "chat_template", None))
 
