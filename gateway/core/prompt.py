@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.core.models import ModelRuntime
+from gateway.text.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +51,13 @@ def chat_prompt(runtime: ModelRuntime, rendered: str) -> Prompt:
 def template_specials_mismatch(runtime: ModelRuntime) -> str | None:
     """Why the ensemble's preprocessing cannot encode this model's chat template as transformers
     does, or None where it can (or the engine route is used)."""
-    if runtime.engine.info.route == "engine" or not runtime.config.add_special_tokens:
+    return specials_mismatch(runtime.engine.info.route, runtime.config.add_special_tokens, runtime.tokenizer)
+
+
+def specials_mismatch(route: str, add_special_tokens: bool, tokenizer: Tokenizer) -> str | None:
+    """`template_specials_mismatch` from a model's parts (`gateway check` has no runtime)."""
+    if route == "engine" or not add_special_tokens:
         return None
-    tokenizer = runtime.tokenizer
     prefix, suffix = tokenizer.special_affixes
     if (not prefix and not suffix) or not tokenizer.has_chat_template:
         return None
