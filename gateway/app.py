@@ -74,6 +74,9 @@ async def _introspect_until_ready(runtimes: Sequence[ModelRuntime]) -> None:
     reports = [report(r.config, r.engine.info, None, r.tokenizer) for r in runtimes]
     if reports:
         logger.info("models ready:\n%s", table(reports))
+    for r in reports:
+        for warning in r.warnings:
+            logger.warning("model %s: %s", r.name, warning)
 
 
 class TritonEngines:

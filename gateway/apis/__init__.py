@@ -3,13 +3,20 @@ API is adding its folder (wire models, router, translation, stream writer) and o
 
 from typing import Any
 
-from gateway.apis import chat_completions, completions, messages, models, responses
+from gateway.apis import chat_completions, completions, messages, models, responses, tokenize
 from gateway.apis.openai.errors import error_body
 from gateway.errors import GatewayError
 from gateway.http.api import Api
 from gateway.ratelimit import HeaderFormat, openai_headers
 
-APIS: tuple[Api, ...] = (completions.API, chat_completions.API, responses.API, messages.API, models.API)
+APIS: tuple[Api, ...] = (
+    completions.API,
+    chat_completions.API,
+    responses.API,
+    messages.API,
+    models.API,
+    tokenize.API,
+)
 
 
 def claiming(path: str) -> Api | None:

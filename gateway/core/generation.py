@@ -23,6 +23,7 @@ from gateway.core.choices import (
     run_generation,
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
+from gateway.core.prompt import Prompt
 from gateway.core.validation import RequestLimits
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.errors import (
@@ -256,7 +257,7 @@ def build_generation(
     runtime: ModelRuntime,
     *,
     request_id: str,
-    prompt_text: str,
+    prompt: Prompt,
     prompt_ids: Sequence[int] | None,
     params: SamplingParams,
     num_sequences: int,
@@ -285,7 +286,7 @@ def build_generation(
     info = runtime.tokenizer.info
     request = GenerationRequest(
         request_id=request_id,
-        prompt_text=prompt_text,
+        prompt_text=prompt.text,
         prompt_ids=() if prompt_ids is None else tuple(prompt_ids),
         params=params,
         num_sequences=num_sequences,
@@ -315,7 +316,7 @@ def build_generation(
         keep_ids=fmt is not None and engine.exposes_token_ids,
     )
     if prompt_ids is None:
-        uncounted = (runtime.tokenizer, prompt_text, runtime.config.add_special_tokens)
+        uncounted = (runtime.tokenizer, prompt.text, prompt.add_special_tokens)
         return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted, fmt)
     return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)), None, fmt)
 

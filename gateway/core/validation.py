@@ -15,6 +15,7 @@ from gateway.errors import ContextLengthExceededError, InvalidRequestError, Unsu
 
 if TYPE_CHECKING:
     from gateway.core.models import ModelRuntime
+    from gateway.core.prompt import Prompt
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ def request_deadline(limits: RequestLimits, header_s: float | None) -> float | N
 
 def prompt_budget(
     runtime: ModelRuntime,
-    text: str,
+    prompt: Prompt,
     *,
     requested: int | None,
     param: str,
@@ -200,9 +201,8 @@ def prompt_budget(
     if requested is None and runtime.max_model_len is None:
         # No context length to take the rest of: the model's default output limit, if it has one.
         requested = runtime.config.default_max_tokens
-    # The stock preprocessing adds special tokens (chat templates write BOS themselves), and the
-    # count must match what the engine sees.
-    add_special_tokens = runtime.config.add_special_tokens
+    # Counted as the engine sees it (see gateway.core.prompt).
+    text, add_special_tokens = prompt.text, prompt.add_special_tokens
     if not runtime.engine.info.needs_prompt_ids and (requested is not None or runtime.max_model_len is None):
         bound = tokenizer.token_bound(text, add_special_tokens=add_special_tokens)
         if bound is not None:

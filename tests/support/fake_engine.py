@@ -24,6 +24,9 @@ class FakeEngine:
     logit_bias: bool = True
     # It never looks at the prompt's ids: requests may go out before the prompt is tokenized.
     needs_prompt_ids: bool = False
+    # How requests reach the model, as the Triton adapter names it ("engine": the gateway's ids;
+    # anything else: text the model's own preprocessing encodes).
+    route: str = ""
     # Prompt tokens the engine says it reused from its KV cache (None: it does not report any).
     cached_tokens: int | None = None
     # Fail after this many deltas (None: never), with this error.
@@ -54,6 +57,7 @@ class FakeEngine:
             logit_bias=self.logit_bias,
             needs_prompt_ids=self.needs_prompt_ids,
             cached_tokens=self.cached_tokens is not None,
+            route=self.route,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:

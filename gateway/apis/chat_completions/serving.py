@@ -34,6 +34,7 @@ from gateway.core.generation import (
     stream_failure,
 )
 from gateway.core.output import plan_output
+from gateway.core.prompt import chat_prompt
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError
@@ -76,7 +77,7 @@ class ChatCompletionsService(GenerationService):
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         with tracing.span("tokenize", model=runtime.name):
-            prompt = runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
+            prompt = chat_prompt(runtime, runtime.tokenizer.apply_chat_template(messages, **template_kwargs))
             ids, max_tokens = v.prompt_budget(
                 runtime,
                 prompt,
@@ -96,7 +97,7 @@ class ChatCompletionsService(GenerationService):
         generation = build_generation(
             runtime,
             request_id=response_id,
-            prompt_text=prompt,
+            prompt=prompt,
             prompt_ids=ids,
             params=v.sampling_params(body, max_tokens),
             num_sequences=n,

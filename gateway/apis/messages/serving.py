@@ -32,6 +32,7 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
+from gateway.core.prompt import Prompt, chat_prompt
 from gateway.engine import SamplingParams
 from gateway.logs import current_request
 
@@ -66,7 +67,7 @@ class PreparedMessage:
 
 
 class MessagesService(GenerationService):
-    def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[str, OutputPlan]:
+    def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[Prompt, OutputPlan]:
         plan = plan_output(
             tools=chat.tools,
             tool_choice=chat.tool_choice,
@@ -79,7 +80,8 @@ class MessagesService(GenerationService):
         if plan.template_tools is not None:
             kwargs["tools"] = plan.template_tools
         with tracing.span("tokenize", model=runtime.name):
-            return runtime.tokenizer.apply_chat_template(chat.messages, **kwargs), plan
+            rendered = runtime.tokenizer.apply_chat_template(chat.messages, **kwargs)
+            return chat_prompt(runtime, rendered), plan
 
     async def prepare(
         self,
@@ -111,7 +113,7 @@ class MessagesService(GenerationService):
         generation = build_generation(
             runtime,
             request_id=message_id,
-            prompt_text=prompt,
+            prompt=prompt,
             prompt_ids=ids,
             params=params,
             num_sequences=1,
@@ -145,7 +147,7 @@ class MessagesService(GenerationService):
         display = getattr(body.thinking, "display", None)
         return PreparedMessage(prepared, show_thinking=display != "omitted")
 
-    def _budget(self, runtime: ModelRuntime, prompt: str, requested: int) -> tuple[list[int] | None, int]:
+    def _budget(self, runtime: ModelRuntime, prompt: Prompt, requested: int) -> tuple[list[int] | None, int]:
         """The prompt's ids and max_tokens. Agents ask for more than a small context holds
         (Claude Code: 32000), and Anthropic's API takes `max_tokens` as a ceiling, so it is
         clamped to what the context (and the server's limit) leaves; a reply cut there ends
@@ -172,7 +174,7 @@ class MessagesService(GenerationService):
         await runtime.engine.ensure_ready()
         _note_ignored(body.model_extra)
         prompt, _ = self._render(runtime, to_chat(body))
-        ids = runtime.tokenizer.encode(prompt, add_special_tokens=runtime.config.add_special_tokens)
+        ids = runtime.tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
         return MessageTokensCount(input_tokens=len(ids))
 
     def _router(

@@ -41,6 +41,7 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
+from gateway.core.prompt import Prompt, chat_prompt
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.core.validation import (
     RequestLimits,
@@ -95,7 +96,7 @@ class PreparedResponse:
 @dataclass(slots=True)
 class _Prompt:
     runtime: ModelRuntime
-    text: str
+    prompt: Prompt
     ids: list[int] | None
     max_tokens: int
     plan: OutputPlan
@@ -250,11 +251,11 @@ class ResponsesService(GenerationService):
         if body.reasoning is not None:
             template_kwargs.update(effort_template_kwargs(body.reasoning.effort))
 
-        def render(kept: Sequence[InputItem]) -> str:
+        def render(kept: Sequence[InputItem]) -> Prompt:
             messages = it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
-            return runtime.tokenizer.apply_chat_template(messages, **template_kwargs)
+            return chat_prompt(runtime, runtime.tokenizer.apply_chat_template(messages, **template_kwargs))
 
-        def budget(text: str) -> tuple[list[int] | None, int]:
+        def budget(text: Prompt) -> tuple[list[int] | None, int]:
             return prompt_budget(
                 runtime,
                 text,
@@ -328,7 +329,7 @@ class ResponsesService(GenerationService):
         generation = build_generation(
             runtime,
             request_id=response_id,
-            prompt_text=prompt.text,
+            prompt=prompt.prompt,
             prompt_ids=prompt.ids,
             params=params,
             num_sequences=1,
@@ -376,7 +377,7 @@ class ResponsesService(GenerationService):
         ids = prompt.ids
         if ids is None:
             ids = prompt.runtime.tokenizer.encode(
-                prompt.text, add_special_tokens=prompt.runtime.config.add_special_tokens
+                prompt.prompt.text, add_special_tokens=prompt.prompt.add_special_tokens
             )
         return InputTokens(input_tokens=len(ids))
 
@@ -559,8 +560,8 @@ def _echo_tool(tool: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> dict[str, Any]:
-    text, raw = token_string(tokenizer, token_id)
+def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, starts_text: bool) -> dict[str, Any]:
+    text, raw = token_string(tokenizer, token_id, starts_text=starts_text)
     return {"token": text, "logprob": logprob, "bytes": list(raw)}
 
 
@@ -568,8 +569,8 @@ def _logprobs(tokenizer: Tokenizer, entries: Sequence[TokenLogprob]) -> list[dic
     """OpenAI's LogProb objects (token, logprob, bytes, top_logprobs) of an output_text part."""
     return [
         {
-            **_entry(tokenizer, e.token_id, e.logprob),
-            "top_logprobs": [_entry(tokenizer, t, lp) for t, lp in e.top],
+            **_entry(tokenizer, e.token_id, e.logprob, e.starts_text),
+            "top_logprobs": [_entry(tokenizer, t, lp, e.starts_text) for t, lp in e.top],
         }
         for e in entries
     ]
