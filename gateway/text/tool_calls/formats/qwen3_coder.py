@@ -1,4 +1,4 @@
-"""``qwen3_coder`` (Qwen3-Coder, Qwen3.5): calls written as XML-like tags, not JSON::
+"""``qwen3_coder`` (Qwen3-Coder): calls written as XML-like tags, not JSON::
 
     <tool_call>
     <function=NAME>
