@@ -16,7 +16,7 @@ from gateway.core.prompt import specials_mismatch
 from gateway.engine import EngineInfo
 from gateway.errors import GatewayError
 from gateway.text.parser_detect import suggest_parsers
-from gateway.text.reasoning import get_format
+from gateway.text.reply import reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
 from gateway.triton.contract import GUIDE_TYPE
 from gateway.triton.engine import adapter_for
@@ -77,7 +77,7 @@ def report(
         status = f"unavailable: {error}"
         return ModelReport(model.name, model.triton_model, model.route, status, tokenizer=vocab)
     k = info
-    fmt = get_format(model.reasoning_parser)
+    fmt = reasoning_format_of(model.reasoning_parser, model.tool_parser)
     if error is None and fmt is not None and fmt.keeps_special_tokens and not k.exposes_token_ids:
         # The gateway answers its requests with this error (core.generation.reasoning_format).
         error = (

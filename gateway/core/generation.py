@@ -38,12 +38,11 @@ from gateway.errors import (
 )
 from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.ratelimit import current_quota
-from gateway.text.reasoning import ReasoningFormat, get_format
-from gateway.text.reply import ReplyParser
+from gateway.text.reasoning import ReasoningFormat
+from gateway.text.reply import ReplyParser, reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls import ForcedToolParser, StreamingToolParser, new_tool_call_id
-from gateway.text.tool_calls.registry import HARMONY, needs_special_tokens
-from gateway.text.tool_calls.registry import check_format as check_tool_format
+from gateway.text.tool_calls.registry import needs_special_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -234,10 +233,7 @@ def reasoning_format(runtime: ModelRuntime) -> ReasoningFormat | None:
     tokens (gpt_oss) is parsed from text decoded with special tokens kept, which only the gateway's
     own decoding of the generated ids can give: a route that returns text (an ensemble without
     `output_ids`) has already dropped them, so such a model cannot be served there."""
-    fmt = get_format(runtime.config.reasoning_parser)
-    if fmt is None and check_tool_format(runtime.config.tool_parser) == HARMONY:
-        # A harmony model's calls are messages among its channels: the channel parser reads them.
-        fmt = get_format("gpt_oss")
+    fmt = reasoning_format_of(runtime.config.reasoning_parser, runtime.config.tool_parser)
     if fmt is not None and fmt.keeps_special_tokens and not runtime.engine.info.exposes_token_ids:
         raise ServerConfigError(
             f"model {runtime.name!r}: reasoning_parser {fmt.name} needs the generated token ids (its "
