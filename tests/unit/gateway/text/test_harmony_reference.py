@@ -15,11 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import openai_harmony as harmony
 import pytest
 
 from tests.unit.gateway.text.family_replies import calls, encode, family_dir, run_reply
-
-harmony = pytest.importorskip("openai_harmony")
 
 # The sha256 openai-harmony expects of o200k_base.tiktoken (it checks it on load).
 O200K_BASE_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
