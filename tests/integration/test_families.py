@@ -190,6 +190,13 @@ def test_every_api_and_route_answers_as_transformers(
     specials = special_texts(ref)
     for route in family_routes(triton_stack, family):
         model = f"{family}-{route}"
+        # The ids a chat request sends, as /tokenize shows them: transformers' own.
+        for body, ids in (
+            ({"messages": MESSAGES}, chat.prompt_ids),
+            ({"prompt": RAW_PROMPT}, raw.prompt_ids),
+        ):
+            shown = httpx.post(gateway.base_url + "/tokenize", json={"model": model, **body}, timeout=60)
+            assert shown.json()["tokens"] == ids, (model, body)
         for api in ("chat", "completions", "responses", "messages"):
             expected = raw if api == "completions" else chat
             for stream in (False, True):
