@@ -228,6 +228,8 @@ class ResponsesService(GenerationService):
                 _logged_skipped.add(kind)
                 logger.info("left out tools of type %r: this server does not run them (logged once)", kind)
         fmt = response_format(body.text)
+        # Counting input tokens (InputTokensRequest) needs no guide.
+        structured = body.structured_outputs if isinstance(body, CreateResponseRequest) else None
         if tools.chat_tools and (
             tools.chat_tool_choice == "required" or isinstance(tools.chat_tool_choice, dict)
         ):
@@ -240,6 +242,7 @@ class ResponsesService(GenerationService):
                 tool_choice=tools.chat_tool_choice,
                 parallel_tool_calls=body.parallel_tool_calls,
                 response_format=fmt,
+                structured_outputs=structured,
                 model_tool_format=runtime.config.tool_parser,
                 guided_decoding=runtime.engine.info.guided_decoding,
             )
