@@ -283,6 +283,45 @@ def test_a_familys_own_call_text_is_a_tool_call_whole_and_streamed(
         # JSON arguments stream as the model writes them.
         assert len(pieces) > 1
 
+    # The Responses API, steered the same way (its reasoning effort "none" is Qwen3's thinking off).
+    responses: dict[str, Any] = {
+        "model": model,
+        "input": USER,
+        "tools": RESPONSES_TOOLS,
+        "temperature": 0,
+        "max_output_tokens": 160,
+        "extra_body": {"structured_outputs": {"regex": regex_literal(text)}},
+    }
+    if extra:
+        responses["reasoning"] = {"effort": "none"}
+    response = sdk.responses.create(**responses)
+    assert [(i.name, json.loads(i.arguments)) for i in response.output if i.type == "function_call"] == [
+        ("get_weather", PARIS)
+    ]
+    said = "".join(
+        c.text for i in response.output if i.type == "message" for c in i.content if c.type == "output_text"
+    )
+    thought = "".join(
+        c.text
+        for i in response.output
+        if i.type == "reasoning"
+        for c in (i.content or ())
+        if c.type == "reasoning_text"
+    )
+    assert (said or None, thought or None) == (content, reasoning)
+    assert_clean(said, thought)
+    deltas: list[str] = []
+    with sdk.responses.stream(**responses) as stream:
+        for event in stream:
+            if event.type == "response.function_call_arguments.delta":
+                deltas.append(event.delta)
+        final = stream.get_final_response()
+    calls_out = [i for i in final.output if i.type == "function_call"]
+    assert [(i.name, i.arguments) for i in calls_out] == [
+        (i.name, i.arguments) for i in response.output if i.type == "function_call"
+    ]
+    assert "".join(deltas) == calls_out[0].arguments
+
 
 LLAMA_CALL_SCHEMA: Any = {
     "type": "object",
