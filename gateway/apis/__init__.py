@@ -3,7 +3,15 @@ API is adding its folder (wire models, router, translation, stream writer) and o
 
 from typing import Any
 
-from gateway.apis import chat_completions, completions, lora_adapters, messages, models, responses
+from gateway.apis import (
+    chat_completions,
+    completions,
+    lora_adapters,
+    messages,
+    models,
+    responses,
+    tokenize,
+)
 from gateway.apis.openai.errors import error_body
 from gateway.errors import GatewayError
 from gateway.http.api import Api
@@ -16,6 +24,7 @@ APIS: tuple[Api, ...] = (
     messages.API,
     models.API,
     lora_adapters.API,
+    tokenize.API,
 )
 
 

@@ -7,7 +7,7 @@ way gives the same text, because decoding and stop matching both hold back what 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.asyncutil import merge as merge
 from gateway.engine import Engine, GenerationDelta, GenerationRequest, TokenLogprob
@@ -40,6 +40,7 @@ class ChoiceState:
         "_ids",
         "_keep_ids",
         "_logprobs",
+        "_logprobs_started",
         "_stop",
         "_text",
         "completion_tokens",
@@ -69,6 +70,7 @@ class ChoiceState:
         self.completion_tokens = 0
         self.finish_reason: str | None = None
         self._logprobs: list[TokenLogprob] = []
+        self._logprobs_started = False
         self._keep_ids = keep_ids
         self._ids: list[int] = []
         self._count_text = count_text
@@ -115,7 +117,11 @@ class ChoiceState:
                 self.completion_tokens += len(ids)
             if delta.logprobs:
                 # End tokens are never text, so they get no entry either.
-                self._logprobs.extend(delta.logprobs[: len(ids)])
+                entries = delta.logprobs[: len(ids)]
+                if entries and not self._logprobs_started:
+                    self._logprobs_started = True
+                    entries = (replace(entries[0], starts_text=True), *entries[1:])
+                self._logprobs.extend(entries)
             if self._keep_ids:
                 self._ids.extend(ids)
             text = self._decoder.push_ids(ids)

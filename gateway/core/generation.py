@@ -7,9 +7,9 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway import tracing
 from gateway.asyncutil import until_deadline
@@ -23,6 +23,7 @@ from gateway.core.choices import (
     run_generation,
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
+from gateway.core.prompt import Prompt
 from gateway.core.validation import RequestLimits, engine_prompt
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.errors import (
@@ -38,10 +39,11 @@ from gateway.errors import (
 )
 from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.ratelimit import current_quota
-from gateway.text.reasoning import ReasoningFormat, get_format
-from gateway.text.reply import ReplyParser
+from gateway.text.reasoning import ReasoningFormat
+from gateway.text.reply import ReplyParser, reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
-from gateway.text.tool_calls import StreamingToolParser, new_tool_call_id
+from gateway.text.tool_calls import ForcedToolParser, StreamingToolParser, new_tool_call_id
+from gateway.text.tool_calls.registry import needs_special_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +91,11 @@ class PreparedRequest:
     # Chat only: how to find tool calls in the reply ("none": plain content).
     tool_format: str = "none"
     tool_names: frozenset[str] = frozenset()
+    # Each declared tool's parameters schema (see OutputPlan).
+    tool_parameters: Mapping[str, Any] = field(default_factory=dict)
+    # Guided decoding forces the reply to be a call (of `forced_name`, when known in advance).
+    forced: bool = False
+    forced_name: str | None = None
     # None: no log probabilities; k: with k alternatives per token.
     logprobs: int | None = None
 
@@ -113,16 +120,27 @@ class PreparedRequest:
 
             for choice in generation.choices:
                 reasoning = None
-                if fmt is not None:
+                # A reply forced to be a call is the guide's JSON from its first token: there is
+                # no thinking in it, even where the prompt opened a think block.
+                if fmt is not None and not self.forced:
                     # The chat template may have opened (or closed) the think block in the prompt.
                     reasoning = fmt.parser(
                         prompt=generation.request.prompt_text,
                         marker_ids=fmt.marker_ids(tokenizer.vocab),
                         make_id=make_id,
                     )
-                tools = None
-                if self.tool_format != "none":
-                    tools = StreamingToolParser(self.tool_format, tool_names=self.tool_names, make_id=make_id)
+                tools: StreamingToolParser | ForcedToolParser | None = None
+                if self.forced:
+                    tools = ForcedToolParser(
+                        name=self.forced_name, tool_names=self.tool_names, make_id=make_id
+                    )
+                elif self.tool_format != "none":
+                    tools = StreamingToolParser(
+                        self.tool_format,
+                        tool_names=self.tool_names,
+                        tool_parameters=self.tool_parameters,
+                        make_id=make_id,
+                    )
                 parsers[choice.index] = ReplyParser(reasoning=reasoning, tools=tools, count_text=count_text)
         return parsers
 
@@ -229,7 +247,7 @@ def reasoning_format(runtime: ModelRuntime) -> ReasoningFormat | None:
     tokens (gpt_oss) is parsed from text decoded with special tokens kept, which only the gateway's
     own decoding of the generated ids can give: a route that returns text (an ensemble without
     `output_ids`) has already dropped them, so such a model cannot be served there."""
-    fmt = get_format(runtime.config.reasoning_parser)
+    fmt = reasoning_format_of(runtime.config.reasoning_parser, runtime.config.tool_parser)
     if fmt is not None and fmt.keeps_special_tokens and not runtime.engine.info.exposes_token_ids:
         raise ServerConfigError(
             f"model {runtime.name!r}: reasoning_parser {fmt.name} needs the generated token ids (its "
@@ -249,7 +267,7 @@ def build_generation(
     runtime: ModelRuntime,
     *,
     request_id: str,
-    prompt_text: str,
+    prompt: Prompt,
     prompt_ids: Sequence[int] | None,
     params: SamplingParams,
     num_sequences: int,
@@ -261,18 +279,23 @@ def build_generation(
     affinity: str | None = None,
     stream: bool = True,
     reasoning: bool = False,
+    tool_format: str = "none",
     priority: int = 0,
 ) -> Generation:
     """`reasoning`: the reply will be split by the model's reasoning format (chat completions,
     Responses, Messages), so it is decoded the way that format reads it, with its ids kept for
-    counting the thinking's tokens."""
+    counting the thinking's tokens. `tool_format`: the reply will be parsed for calls in that
+    format, whose markers may be special tokens that the decode must then keep."""
     fmt = reasoning_format(runtime) if reasoning else None
+    keep_special = (fmt is not None and fmt.keeps_special_tokens) or needs_special_tokens(
+        tool_format, runtime.tokenizer.skipped_tokens
+    )
     # Ids left for later (prompt_budget) come from non-empty text, and so are not empty either.
     if prompt_ids is not None and not prompt_ids:
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
     engine = runtime.engine.info
     _check_sampling(engine.sampling, params)
-    prompt_text, add_special_tokens = engine_prompt(runtime, prompt_text)
+    prompt_text, add_special_tokens = engine_prompt(runtime, prompt)
     info = runtime.tokenizer.info
     request = GenerationRequest(
         request_id=request_id,
@@ -301,7 +324,7 @@ def build_generation(
         first_index=first_index,
         stops=stops,
         text_prefix=runtime.tokenizer.decode(prompt_ids) if repeated and prompt_ids else "",
-        skip_special_tokens=fmt is None or not fmt.keeps_special_tokens,
+        skip_special_tokens=not keep_special,
         keep_ids=fmt is not None and engine.exposes_token_ids,
         count_text=_text_counter(runtime.tokenizer) if engine.counts_text else None,
     )

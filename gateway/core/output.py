@@ -5,7 +5,9 @@ I/O; API-neutral (each API passes its own tools, tool choice and response format
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import InvalidRequestError, UnsupportedParameterError
@@ -27,6 +29,12 @@ class OutputPlan:
     # How to parse the reply for tool calls ("none": plain content).
     tool_format: str
     tool_names: frozenset[str]
+    # Each declared tool's parameters schema (formats that write values as text type them by it).
+    tool_parameters: Mapping[str, Any] = field(default_factory=dict)
+    # True when guided decoding forces the reply to be a call (parsed as one from its first token),
+    # and `forced_name` the function it must be when that is known before the model writes it.
+    forced: bool = False
+    forced_name: str | None = None
 
 
 def plan_output(
@@ -37,10 +45,18 @@ def plan_output(
     response_format: dict[str, Any] | None,
     model_tool_format: str,
     guided_decoding: bool,
+    structured_outputs: dict[str, Any] | None = None,
 ) -> OutputPlan:
     checked = validate_tools(tools)
     choice = resolve_tool_choice(tool_choice, checked)
     guide = _response_format_guide(response_format, guided_decoding)
+    structured = _structured_outputs_guide(structured_outputs, guided_decoding)
+    if structured is not None:
+        if guide is not None:
+            raise InvalidRequestError(
+                "structured_outputs cannot be combined with response_format", param="structured_outputs"
+            )
+        guide = structured
     if choice.mode == "none" or not checked:
         return OutputPlan(guide, None, "none", frozenset())
     forced = choice.mode in ("required", "function")
@@ -59,9 +75,9 @@ def plan_output(
         )
     if forced and guided_decoding:
         if guide is not None:
+            param = "structured_outputs" if structured is not None else "response_format"
             raise InvalidRequestError(
-                "response_format cannot be combined with a required or named tool_choice",
-                param="response_format",
+                f"{param} cannot be combined with a required or named tool_choice", param=param
             )
         schema = tool_call_json_schema(
             checked, choice, parallel_tool_calls, _schema_format(model_tool_format)
@@ -73,11 +89,16 @@ def plan_output(
         choice,
         guided=forced and guided_decoding,
     )
+    offered = _offered(checked, choice)
+    guided_call = forced and guided_decoding
     return OutputPlan(
         guide,
-        [_template_tool(t) for t in _offered(checked, choice)],
+        [_template_tool(t) for t in offered],
         parse,
         frozenset(t.name for t in checked),
+        {t.name: t.parameters for t in checked if t.parameters},
+        forced=guided_call,
+        forced_name=offered[0].name if guided_call and len(offered) == 1 else None,
     )
 
 
@@ -131,3 +152,44 @@ def _response_format_guide(fmt: dict[str, Any] | None, guided_decoding: bool) ->
             param="response_format.json_schema",
         )
     return ("json_schema", json.dumps(schema))
+
+
+# vLLM's `structured_outputs` kinds, as the engine's guide types.
+_STRUCTURED_KINDS = ("json", "regex", "choice", "grammar")
+
+
+def _structured_outputs_guide(spec: dict[str, Any] | None, guided_decoding: bool) -> tuple[str, str] | None:
+    """vLLM's `structured_outputs` (one of `json`: a JSON schema, `regex`, `choice`: a list of
+    strings, `grammar`: EBNF) as an engine guide; None when the request has none."""
+    if spec is None:
+        return None
+    given = [kind for kind in _STRUCTURED_KINDS if spec.get(kind) is not None]
+    if len(given) != 1:
+        raise InvalidRequestError(
+            "structured_outputs must give exactly one of " + ", ".join(_STRUCTURED_KINDS),
+            param="structured_outputs",
+        )
+    if not guided_decoding:
+        raise UnsupportedParameterError(
+            "this model has no guided decoding, so structured_outputs cannot be enforced",
+            param="structured_outputs",
+        )
+    kind = given[0]
+    value = spec[kind]
+    where = f"structured_outputs.{kind}"
+    if kind == "json":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise InvalidRequestError(f"{where} must be a JSON schema", param=where) from None
+        if not isinstance(value, dict):
+            raise InvalidRequestError(f"{where} must be a JSON schema object", param=where)
+        return ("json_schema", json.dumps(value))
+    if kind == "choice":
+        if not isinstance(value, list) or not value or not all(isinstance(c, str) for c in value):
+            raise InvalidRequestError(f"{where} must be a non-empty list of strings", param=where)
+        return ("regex", "|".join(f"({re.escape(c)})" for c in value))
+    if not isinstance(value, str) or not value:
+        raise InvalidRequestError(f"{where} must be a non-empty string", param=where)
+    return ("regex", value) if kind == "regex" else ("ebnf_grammar", value)

@@ -15,6 +15,7 @@ from gateway.errors import ContextLengthExceededError, InvalidRequestError, Unsu
 
 if TYPE_CHECKING:
     from gateway.core.models import ModelRuntime
+    from gateway.core.prompt import Prompt
 
 logger = logging.getLogger(__name__)
 
@@ -181,13 +182,15 @@ def request_deadline(limits: RequestLimits, header_s: float | None) -> float | N
     return min(options) if options else None
 
 
-def engine_prompt(runtime: ModelRuntime, text: str) -> tuple[str, bool]:
+def engine_prompt(runtime: ModelRuntime, prompt: Prompt) -> tuple[str, bool]:
     """The prompt text as the engine is sent it, and whether special tokens are added when it is
-    counted. An engine that tokenizes text itself adding special tokens (the llmapi model: the
-    LLM API adds BOS) gets the text without the BOS a chat template wrote, or BOS would be doubled;
-    counted with special tokens added, that is the template's own count."""
+    counted (gateway.core.prompt decides that for the C++ routes). An engine that tokenizes text
+    itself adding special tokens (the llmapi model: the LLM API adds BOS) gets the text without
+    the BOS a chat template wrote, or BOS would be doubled; counted with special tokens added,
+    that is the template's own count."""
     if not runtime.engine.info.adds_special_tokens:
-        return text, runtime.config.add_special_tokens
+        return prompt.text, prompt.add_special_tokens
+    text = prompt.text
     bos = runtime.tokenizer.bos_token
     if bos and text.startswith(bos):
         text = text[len(bos) :]
@@ -207,7 +210,7 @@ class _Budget:
 
 async def prompt_budget(
     runtime: ModelRuntime,
-    text: str,
+    prompt: Prompt,
     *,
     requested: int | None,
     param: str,
@@ -227,7 +230,7 @@ async def prompt_budget(
     is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
     errors included. A long prompt is encoded off the event loop (Tokenizer.encode_async)."""
     how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
-    text, add_special_tokens = engine_prompt(runtime, text)
+    text, add_special_tokens = engine_prompt(runtime, prompt)
     bounded = _bounded_budget(runtime, text, add_special_tokens, how)
     if bounded is not None:
         return None, bounded
@@ -237,7 +240,7 @@ async def prompt_budget(
 
 def prompt_budget_now(
     runtime: ModelRuntime,
-    text: str,
+    prompt: Prompt,
     *,
     requested: int | None,
     param: str,
@@ -248,7 +251,7 @@ def prompt_budget_now(
     """`prompt_budget` on the calling thread, for callers that try many prompts in a row (fitting
     a conversation by dropping items): each is mostly pieces already encoded."""
     how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
-    text, add_special_tokens = engine_prompt(runtime, text)
+    text, add_special_tokens = engine_prompt(runtime, prompt)
     bounded = _bounded_budget(runtime, text, add_special_tokens, how)
     if bounded is not None:
         return None, bounded

@@ -7,17 +7,36 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.text.reasoning import ReasoningDelta, ReasoningEvent, ReasoningParser
+from gateway.text.reasoning import (
+    ReasoningDelta,
+    ReasoningEvent,
+    ReasoningFormat,
+    ReasoningParser,
+    get_format,
+)
 from gateway.text.tool_calls import (
     ContentDelta,
+    ForcedToolParser,
     StreamingToolParser,
     ToolCall,
     ToolCallArguments,
     ToolCallStart,
 )
+from gateway.text.tool_calls.registry import HARMONY
+from gateway.text.tool_calls.registry import check_format as check_tool_format
 
 # What a reply parser reports: thinking, answer text, and the calls the model made.
 ReplyEvent = ReasoningEvent
+
+
+def reasoning_format_of(reasoning_parser: str, tool_parser: str) -> ReasoningFormat | None:
+    """The reasoning format a model's replies are read with: its `reasoning_parser`'s, or, for a
+    model whose tool parser is harmony's (gpt-oss), the harmony channel parser in any case, since
+    its calls are messages among its channels."""
+    fmt = get_format(reasoning_parser)
+    if fmt is None and check_tool_format(tool_parser) == HARMONY:
+        return get_format("gpt_oss")
+    return fmt
 
 
 class ReplyParser:
@@ -37,7 +56,7 @@ class ReplyParser:
         self,
         *,
         reasoning: ReasoningParser | None = None,
-        tools: StreamingToolParser | None = None,
+        tools: StreamingToolParser | ForcedToolParser | None = None,
         count_text: Callable[[str], int] | None = None,
     ) -> None:
         self._reasoning = reasoning

@@ -137,6 +137,46 @@ class Tokenizer:
         large dict)."""
         return dict(self._tok.get_vocab())
 
+    @functools.cached_property
+    def skipped_tokens(self) -> frozenset[str]:
+        """The tokens a decode with special tokens skipped leaves out (the added tokens marked
+        special): a parser whose markers are among them needs special tokens kept."""
+        return frozenset(str(t.content) for t in self._tok.added_tokens_decoder.values() if t.special)
+
+    @functools.cached_property
+    def special_affixes(self) -> tuple[str, str]:
+        """The special tokens encoding adds before and after any text (add_special_tokens), as
+        their text: ("<s>", "") for Llama 2, ("", "") for Qwen3 or gpt-oss."""
+        plain = self.encode("a", add_special_tokens=False)
+        full = self.encode("a", add_special_tokens=True)
+        for start in range(len(full) - len(plain) + 1):
+            if full[start : start + len(plain)] == plain:
+                before, after = full[:start], full[start + len(plain) :]
+                return "".join(self.convert_ids_to_tokens(before)), "".join(self.convert_ids_to_tokens(after))
+        return "", ""
+
+    @functools.cached_property
+    def renders_tools(self) -> bool:
+        """Whether the chat template reads `tools` (the one transformers renders a request with
+        tools by: the configured file, else the tokenizer's `tool_use` template or its default)."""
+        template: Any = self._chat_template or getattr(self._tok, "chat_template", None)
+        if isinstance(template, dict):
+            template = template.get("tool_use") or template.get("default")
+        if not isinstance(template, str):
+            return False
+        return "tools" in template_variables(template)
+
+    @property
+    def chat_template(self) -> str | None:
+        """The chat template in use: the configured file's, else the tokenizer's (its default one
+        where it ships several by name)."""
+        if self._chat_template is not None:
+            return self._chat_template
+        template = getattr(self._tok, "chat_template", None)
+        if isinstance(template, dict):
+            template = template.get("default")
+        return template if isinstance(template, str) else None
+
     @property
     def has_chat_template(self) -> bool:
         return self._chat_template is not None or bool(getattr(self._tok, "chat_template", None))
@@ -176,9 +216,13 @@ class Tokenizer:
             return str(self._backend.decode(ids, skip_special_tokens=skip_special_tokens))
         return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
 
-    def token_text(self, token_id: int) -> str:
+    def token_text(self, token_id: int, *, starts_text: bool = False) -> str:
         """The text one token adds, as logprobs show it: decoded after an anchor token so that
-        SentencePiece keeps the token's leading space (alone it would be dropped)."""
+        SentencePiece keeps the token's leading space (alone it would be dropped); `starts_text`:
+        the token begins the text, where the decoder drops that space (Llama 2), so it is
+        decoded alone."""
+        if starts_text:
+            return self.decode([token_id], skip_special_tokens=False)
         cached = self._token_texts.get(token_id)
         if cached is None:
             anchor = self._anchor
@@ -187,7 +231,7 @@ class Tokenizer:
             self._token_texts[token_id] = cached
         return cached
 
-    def token_raw_bytes(self, token_id: int) -> bytes:
+    def token_raw_bytes(self, token_id: int, *, starts_text: bool = False) -> bytes:
         """The exact bytes one token adds to the output, also where they are not whole UTF-8
         characters: from the byte table (byte-level BPE), a byte-fallback piece (`<0xNN>`), or
         else the token's text."""
@@ -200,7 +244,7 @@ class Tokenizer:
                 return bytes([int(piece[3:5], 16)])
             except ValueError:
                 pass
-        return self.token_text(token_id).encode()
+        return self.token_text(token_id, starts_text=starts_text).encode()
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
         return list(self._tok.convert_ids_to_tokens(list(ids)))
@@ -222,17 +266,26 @@ class Tokenizer:
         token = getattr(self._tok, "bos_token", None)
         return str(token) if token else None
 
-    def apply_chat_template(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
         if not self.has_chat_template:
             raise InvalidRequestError(
                 "this model has no chat template; use /v1/completions or configure a chat template file",
                 param="messages",
             )
+        if kwargs.get("tools") and not self.renders_tools:
+            # transformers would render the prompt without them: the model would never see the tools.
+            raise InvalidRequestError(
+                "this model's chat template does not render tools, so the model would never see "
+                "them: serve it with a chat template that does (chat_template=FILE)",
+                param="tools",
+            )
         try:
             rendered = self._tok.apply_chat_template(
                 messages,
                 tokenize=False,
-                add_generation_prompt=True,
+                add_generation_prompt=add_generation_prompt,
                 chat_template=self._chat_template,
                 **kwargs,
             )
@@ -263,6 +316,20 @@ def _same_ids(tok: Any, backend: Any) -> bool:
             ):
                 return False
     return True
+
+
+@functools.lru_cache(maxsize=16)
+def template_variables(template: str) -> frozenset[str]:
+    """The variables a chat template reads from its context, parsed as transformers compiles it
+    (its extensions included); a template that does not parse reads none."""
+    import jinja2.meta
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    try:
+        environment = _compile_jinja_template(template).environment
+        return frozenset(jinja2.meta.find_undeclared_variables(environment.parse(template)))
+    except Exception:  # the template's own error is the request's 400, at render time
+        return frozenset()
 
 
 def _one_symbol_per_byte(backend: Any) -> bool:

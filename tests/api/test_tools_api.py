@@ -44,6 +44,24 @@ async def test_json_schema_response_format_reaches_the_engine_as_a_guide(make_cl
     assert engine.requests[1].guide == ("json", "")
 
 
+async def test_structured_outputs_reach_the_engine_as_a_guide_on_chat_and_responses(
+    make_client: MakeClient,
+) -> None:
+    client, engine = await make_client(reply=lambda req, i: "yes")
+    spec = {"regex": "yes|no"}
+    r = await client.post(
+        "/v1/chat/completions", json={"model": "tiny", "messages": USER, "structured_outputs": spec}
+    )
+    assert r.status_code == 200, r.text
+    r = await client.post("/v1/responses", json={"model": "tiny", "input": USER, "structured_outputs": spec})
+    assert r.status_code == 200, r.text
+    assert [req.guide for req in engine.requests] == [("regex", "yes|no"), ("regex", "yes|no")]
+    r = await client.post(
+        "/v1/chat/completions", json={"model": "tiny", "messages": USER, "structured_outputs": {"regex": ""}}
+    )
+    assert_error(r, 400, param="structured_outputs.regex")
+
+
 async def test_response_format_on_a_model_without_guided_decoding_is_400(make_client: MakeClient) -> None:
     client, engine = await make_client(guided=False)
     r = await client.post(

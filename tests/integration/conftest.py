@@ -21,6 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from deploy.devstack import DEV_TOKENS_PER_BLOCK, TritonServer
+from deploy.families import FAMILIES, build_family_model
 from deploy.model_repo import LlmapiSettings, render_llmapi_repository, render_repository
 from deploy.tiny_model import build_tiny_model
 from tests.support.redis_server import redis_server, redis_url  # noqa: F401
@@ -47,6 +48,8 @@ class StackModel:
     # Rendered like upstream's repository (see STOCK below).
     stock: bool = False
     decoupled: bool = True
+    # The real model family whose tokenizer this repository serves (deploy.families), if any.
+    family: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,15 @@ LLMAPI_LAYOUT: dict[str, tuple[str, bool]] = {
     "llmapi_current_whole": ("current", False),
     "llmapi_v12": ("v1.2", True),
     "llmapi_v12_whole": ("v1.2", False),
+}
+# The real families (deploy.families): each a tiny random model of the family's architecture around
+# its own tokenizer. One engine each (a torch process apiece); an ensemble (two more Python
+# processes, each holding the tokenizer) only where the text route differs in kind: a tokenizer
+# that adds BOS, byte-level (Llama 3.1) and SentencePiece (Llama 2), and one that adds nothing
+# (Qwen3). Its ensemble exposes output_ids, so both routes reach the same engine.
+# key: (family, with an ensemble)
+FAMILY_LAYOUT: dict[str, tuple[str, bool]] = {
+    f"family_{name}": (name, name in ("llama3_1", "llama2", "qwen3")) for name in FAMILIES
 }
 
 
@@ -236,6 +248,39 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
         )
         repositories.append(render_llmapi_repository(root / key, settings))
         llmapi[key] = LlmapiModel(key, key, model_dirs["bpe"], profile, decoupled)
+    for key, (family, ensemble) in FAMILY_LAYOUT.items():
+        model_dir = build_family_model(family)
+        prefix = f"{key}_"
+        variables = {
+            "tokenizer_dir": model_dir,
+            "engine_mode": "model",
+            "name_prefix": prefix,
+            "ensemble_output_ids": True,
+            "enable_kv_cache_reuse": True,
+            "tokens_per_block": DEV_TOKENS_PER_BLOCK,
+        }
+        repositories.append(
+            render_repository(
+                root / key,
+                backend="cpu",
+                variant="current",
+                variables=variables,
+                models=None if ensemble else ("tensorrt_llm",),
+            )
+        )
+        models[key] = StackModel(
+            key=key,
+            ensemble=f"{prefix}ensemble" if ensemble else "",
+            engine=f"{prefix}tensorrt_llm",
+            preprocessing=f"{prefix}preprocessing" if ensemble else "",
+            postprocessing=f"{prefix}postprocessing" if ensemble else "",
+            tokenizer_dir=model_dir,
+            tokenizer_kind=FAMILIES[family].model_type,
+            variant="current",
+            engine_mode="model",
+            output_ids=True,
+            family=family,
+        )
     server = TritonServer(repositories, work_dir=root / "server")
     server.start()
     try:
@@ -315,3 +360,26 @@ def scalar(value: object, dtype: Any) -> np.ndarray:
     if dtype is object:
         return np.array([[value if isinstance(value, bytes) else str(value).encode()]], dtype=object)
     return np.array([[value]], dtype=dtype)
+
+
+def family_routes(stack: TritonStack, family: str) -> tuple[str, ...]:
+    """The routes the stack serves a family on (the engine route always)."""
+    return ("ensemble", "engine") if stack.models[f"family_{family}"].ensemble else ("engine",)
+
+
+def family_model_spec(stack: TritonStack, family: str, *, route: str = "engine", **fields: str) -> str:
+    """A `--model` spec serving one family of the stack (name `FAMILY-ROUTE` unless given);
+    `fields` adds or overrides spec fields (tool_parser, reasoning_parser, chat_template, ...)."""
+    m = stack.models[f"family_{family}"]
+    routes = family_routes(stack, family)
+    if route not in routes:
+        raise ValueError(f"the stack serves {family} on the {' and '.join(routes)} route only")
+    spec = {
+        "name": f"{family}-{route}",
+        "tokenizer": str(m.tokenizer_dir),
+        "route": route,
+        "triton_model": m.ensemble or m.engine,
+        "engine_model": m.engine,
+        **fields,
+    }
+    return ",".join(f"{k}={v}" for k, v in spec.items())

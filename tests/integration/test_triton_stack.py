@@ -17,6 +17,7 @@ import tritonclient.grpc as grpcclient
 
 from deploy import model_repo
 from tests.integration.conftest import (
+    FAMILY_LAYOUT,
     STACK_LAYOUT,
     STOCK_LAYOUT,
     SYNTHETIC_STEP_MS,
@@ -120,17 +121,20 @@ def test_all_models_of_both_variants_are_ready(triton_stack: TritonStack) -> Non
         name
         for model in triton_stack.models.values()
         for name in (model.ensemble, model.engine, model.preprocessing, model.postprocessing)
+        if name  # a family served on the engine route alone has no ensemble
     }
 
     assert {name: index.get(name) for name in expected} == dict.fromkeys(expected, "READY")
     assert {m.variant for m in triton_stack.models.values()} == {"current", "legacy"}
-    assert sorted(triton_stack.models) == sorted([*STACK_LAYOUT, *STOCK_LAYOUT])
+    assert sorted(triton_stack.models) == sorted([*STACK_LAYOUT, *STOCK_LAYOUT, *FAMILY_LAYOUT])
 
 
 def test_served_configs_are_the_rendered_contract_variants(triton_stack: TritonStack) -> None:
     client = grpcclient.InferenceServerClient(triton_stack.grpc_url)
     try:
         for model in triton_stack.models.values():
+            if not model.ensemble:
+                continue  # a family served on the engine route alone
             config = client.get_model_config(model.ensemble, as_json=True)["config"]
             inputs = {t["name"] for t in config["input"]}
             outputs = {t["name"] for t in config["output"]}

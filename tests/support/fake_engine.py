@@ -26,6 +26,9 @@ class FakeEngine:
     lora: bool = True
     # It never looks at the prompt's ids: requests may go out before the prompt is tokenized.
     needs_prompt_ids: bool = False
+    # How requests reach the model, as the Triton adapter names it ("engine": the gateway's ids;
+    # anything else: text the model's own preprocessing encodes).
+    route: str = ""
     # Prompt tokens the engine says it reused from its KV cache (None: it does not report any).
     cached_tokens: int | None = None
     # Like the llmapi model: it tokenizes text itself adding special tokens, reports no token
@@ -65,6 +68,7 @@ class FakeEngine:
             adds_special_tokens=self.adds_special_tokens,
             counts_text=self.counts_text,
             sampling=self.sampling,
+            route=self.route,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:

@@ -10,16 +10,16 @@ from gateway.engine import TokenLogprob
 from gateway.text.tokenizer import Tokenizer
 
 
-def _entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> dict[str, Any]:
-    text, raw = token_string(tokenizer, token_id)
+def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, starts_text: bool) -> dict[str, Any]:
+    text, raw = token_string(tokenizer, token_id, starts_text=starts_text)
     return {"token": text, "logprob": logprob, "bytes": list(raw)}
 
 
 def chat_content(tokenizer: Tokenizer, entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
     return [
         {
-            **_entry(tokenizer, e.token_id, e.logprob),
-            "top_logprobs": [_entry(tokenizer, t, lp) for t, lp in e.top],
+            **_entry(tokenizer, e.token_id, e.logprob, e.starts_text),
+            "top_logprobs": [_entry(tokenizer, t, lp, e.starts_text) for t, lp in e.top],
         }
         for e in entries
     ]

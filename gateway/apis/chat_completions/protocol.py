@@ -114,6 +114,8 @@ class ChatCompletionRequest(GenerationFields):
     reasoning_effort: ReasoningEffort | None = None
     # vLLM's extra variables for the chat template (e.g. {"enable_thinking": false}), passed as given.
     chat_template_kwargs: dict[str, Any] | None = None
+    # vLLM's guided decoding beyond response_format: one of `json`, `regex`, `choice`, `grammar`.
+    structured_outputs: dict[str, Any] | None = None
 
 
 class ChatCompletionMessage(BaseModel):

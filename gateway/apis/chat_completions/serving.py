@@ -34,6 +34,7 @@ from gateway.core.generation import (
     stream_failure,
 )
 from gateway.core.output import plan_output
+from gateway.core.prompt import chat_prompt
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError
@@ -62,6 +63,7 @@ class ChatCompletionsService(GenerationService):
             tool_choice=body.tool_choice,
             parallel_tool_calls=body.parallel_tool_calls,
             response_format=body.response_format,
+            structured_outputs=body.structured_outputs,
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
         )
@@ -75,7 +77,7 @@ class ChatCompletionsService(GenerationService):
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         with tracing.span("tokenize", model=runtime.name):
-            prompt = await runtime.tokenizer.render_chat(messages, **template_kwargs)
+            prompt = chat_prompt(runtime, await runtime.tokenizer.render_chat(messages, **template_kwargs))
             ids, max_tokens = await v.prompt_budget(
                 runtime,
                 prompt,
@@ -95,7 +97,7 @@ class ChatCompletionsService(GenerationService):
         generation = build_generation(
             runtime,
             request_id=response_id,
-            prompt_text=prompt,
+            prompt=prompt,
             prompt_ids=ids,
             params=v.sampling_params(body, max_tokens),
             num_sequences=n,
@@ -112,6 +114,7 @@ class ChatCompletionsService(GenerationService):
             ),
             stream=bool(body.stream),
             reasoning=True,
+            tool_format=plan.tool_format,
             priority=priority,
         )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -124,6 +127,9 @@ class ChatCompletionsService(GenerationService):
             client_deadline=v.client_chose_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
+            tool_parameters=plan.tool_parameters,
+            forced=plan.forced,
+            forced_name=plan.forced_name,
             logprobs=logprobs,
         )
         await reserve_quota(prepared)

@@ -27,13 +27,15 @@ class CompletionLogprobs:
     def block(self, entries: Sequence[TokenLogprob]) -> dict[str, Any]:
         tokens, values, tops, offsets = [], [], [], []
         for e in entries:
-            text, raw = token_string(self._tokenizer, e.token_id)
+            text, raw = token_string(self._tokenizer, e.token_id, starts_text=e.starts_text)
             tokens.append(text)
             values.append(e.logprob)
             offsets.append(self._offset)
             self._offset += len(self._chars.decode(raw))
             if self._with_top:
-                tops.append({token_string(self._tokenizer, t)[0]: lp for t, lp in e.top})
+                tops.append(
+                    {token_string(self._tokenizer, t, starts_text=e.starts_text)[0]: lp for t, lp in e.top}
+                )
         return {
             "tokens": tokens,
             "token_logprobs": values,

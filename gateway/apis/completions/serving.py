@@ -25,6 +25,7 @@ from gateway.core.generation import (
     stream_failure,
 )
 from gateway.core.models import ModelRuntime
+from gateway.core.prompt import raw_prompt
 from gateway.errors import InvalidRequestError, UnsupportedParameterError
 
 
@@ -68,7 +69,7 @@ class CompletionsService(GenerationService):
                 build_generation(
                     runtime,
                     request_id=f"{response_id}-{i}",
-                    prompt_text=text,
+                    prompt=raw_prompt(runtime, text),
                     prompt_ids=ids,
                     params=v.sampling_params(body, max_tokens),
                     num_sequences=n,
@@ -191,7 +192,7 @@ async def _prompts(
         for text in texts:
             ids, max_tokens = await v.prompt_budget(
                 runtime,
-                text,
+                raw_prompt(runtime, text),
                 requested=body.max_tokens,
                 param="max_tokens",
                 prompt_param="prompt",

@@ -32,6 +32,7 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
+from gateway.core.prompt import Prompt, chat_prompt
 from gateway.engine import SamplingParams
 from gateway.logs import current_request
 
@@ -66,7 +67,7 @@ class PreparedMessage:
 
 
 class MessagesService(GenerationService):
-    async def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[str, OutputPlan]:
+    async def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[Prompt, OutputPlan]:
         plan = plan_output(
             tools=chat.tools,
             tool_choice=chat.tool_choice,
@@ -79,7 +80,8 @@ class MessagesService(GenerationService):
         if plan.template_tools is not None:
             kwargs["tools"] = plan.template_tools
         with tracing.span("tokenize", model=runtime.name):
-            return await runtime.tokenizer.render_chat(chat.messages, **kwargs), plan
+            rendered = await runtime.tokenizer.render_chat(chat.messages, **kwargs)
+            return chat_prompt(runtime, rendered), plan
 
     async def prepare(
         self,
@@ -111,7 +113,7 @@ class MessagesService(GenerationService):
         generation = build_generation(
             runtime,
             request_id=message_id,
-            prompt_text=prompt,
+            prompt=prompt,
             prompt_ids=ids,
             params=params,
             num_sequences=1,
@@ -127,6 +129,7 @@ class MessagesService(GenerationService):
                 user=body.metadata.user_id if body.metadata is not None else None,
             ),
             reasoning=True,
+            tool_format=plan.tool_format,
             priority=priority,
         )
         prepared = PreparedRequest(
@@ -136,13 +139,16 @@ class MessagesService(GenerationService):
             timeout_s=v.request_deadline(self._limits, timeout_s),
             tool_format=plan.tool_format,
             tool_names=plan.tool_names,
+            tool_parameters=plan.tool_parameters,
+            forced=plan.forced,
+            forced_name=plan.forced_name,
         )
         await reserve_quota(prepared)
         display = getattr(body.thinking, "display", None)
         return PreparedMessage(prepared, show_thinking=display != "omitted")
 
     async def _budget(
-        self, runtime: ModelRuntime, prompt: str, requested: int
+        self, runtime: ModelRuntime, prompt: Prompt, requested: int
     ) -> tuple[list[int] | None, int]:
         """The prompt's ids and max_tokens. Agents ask for more than a small context holds
         (Claude Code: 32000), and Anthropic's API takes `max_tokens` as a ceiling, so it is
@@ -175,9 +181,9 @@ class MessagesService(GenerationService):
         await runtime.engine.ensure_ready()
         _note_ignored(body.model_extra)
         prompt, _ = await self._render(runtime, to_chat(body))
-        ids = await runtime.tokenizer.encode_async(
-            prompt, add_special_tokens=runtime.config.add_special_tokens
-        )
+        # Counted as the engine sees it.
+        text, add_special_tokens = v.engine_prompt(runtime, prompt)
+        ids = await runtime.tokenizer.encode_async(text, add_special_tokens=add_special_tokens)
         return MessageTokensCount(input_tokens=len(ids))
 
     def _router(

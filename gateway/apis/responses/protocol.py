@@ -143,6 +143,8 @@ class CreateResponseRequest(PriorityFields, _Open):
     seed: int | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool | None = None
+    # vLLM's guided decoding beyond text.format, as on chat completions: json, regex, choice, grammar.
+    structured_outputs: dict[str, Any] | None = None
 
     @field_validator("metadata")
     @classmethod

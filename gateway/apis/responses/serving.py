@@ -41,9 +41,11 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
+from gateway.core.prompt import Prompt, chat_prompt
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.core.validation import (
     RequestLimits,
+    engine_prompt,
     prompt_budget,
     prompt_budget_now,
     request_deadline,
@@ -96,7 +98,7 @@ class PreparedResponse:
 @dataclass(slots=True)
 class _Prompt:
     runtime: ModelRuntime
-    text: str
+    prompt: Prompt
     ids: list[int] | None
     max_tokens: int
     plan: OutputPlan
@@ -228,6 +230,8 @@ class ResponsesService(GenerationService):
                 _logged_skipped.add(kind)
                 logger.info("left out tools of type %r: this server does not run them (logged once)", kind)
         fmt = response_format(body.text)
+        # Counting input tokens (InputTokensRequest) needs no guide.
+        structured = body.structured_outputs if isinstance(body, CreateResponseRequest) else None
         if tools.chat_tools and (
             tools.chat_tool_choice == "required" or isinstance(tools.chat_tool_choice, dict)
         ):
@@ -240,6 +244,7 @@ class ResponsesService(GenerationService):
                 tool_choice=tools.chat_tool_choice,
                 parallel_tool_calls=body.parallel_tool_calls,
                 response_format=fmt,
+                structured_outputs=structured,
                 model_tool_format=runtime.config.tool_parser,
                 guided_decoding=runtime.engine.info.guided_decoding,
             )
@@ -261,7 +266,7 @@ class ResponsesService(GenerationService):
             "limits": self._limits,
         }
         with tracing.span("tokenize", model=runtime.name):
-            text = await runtime.tokenizer.render_chat(messages(items), **template_kwargs)
+            text = chat_prompt(runtime, await runtime.tokenizer.render_chat(messages(items), **template_kwargs))
             try:
                 ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except ContextLengthExceededError as exc:
@@ -274,7 +279,7 @@ class ResponsesService(GenerationService):
                     try:
                         prompt_budget_now(
                             runtime,
-                            runtime.tokenizer.apply_chat_template(messages(kept), **template_kwargs),
+                            chat_prompt(runtime, runtime.tokenizer.apply_chat_template(messages(kept), **template_kwargs)),
                             **budget_args,
                         )
                     except ContextLengthExceededError:
@@ -283,7 +288,7 @@ class ResponsesService(GenerationService):
 
                 kept = it.truncate(items, fits)
                 conversation = conversation[len(conversation) - len(kept) :]
-                text = await runtime.tokenizer.render_chat(messages(kept), **template_kwargs)
+                text = chat_prompt(runtime, await runtime.tokenizer.render_chat(messages(kept), **template_kwargs))
                 ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except GatewayError as exc:
                 raise _renamed(exc) from None
@@ -330,7 +335,7 @@ class ResponsesService(GenerationService):
         generation = build_generation(
             runtime,
             request_id=response_id,
-            prompt_text=prompt.text,
+            prompt=prompt.prompt,
             prompt_ids=prompt.ids,
             params=params,
             num_sequences=1,
@@ -346,6 +351,7 @@ class ResponsesService(GenerationService):
                 user=body.user,
             ),
             reasoning=True,
+            tool_format=prompt.plan.tool_format,
             priority=priority,
         )
         prepared = PreparedRequest(
@@ -355,6 +361,9 @@ class ResponsesService(GenerationService):
             timeout_s=request_deadline(self._limits, timeout_s),
             tool_format=prompt.plan.tool_format,
             tool_names=prompt.plan.tool_names,
+            tool_parameters=prompt.plan.tool_parameters,
+            forced=prompt.plan.forced,
+            forced_name=prompt.plan.forced_name,
             logprobs=logprobs,
         )
         await reserve_quota(prepared)
@@ -373,8 +382,10 @@ class ResponsesService(GenerationService):
         prompt = await self._prompt(body, None)
         ids = prompt.ids
         if ids is None:
+            # Counted as the engine sees it.
+            text, add_special_tokens = engine_prompt(prompt.runtime, prompt.prompt)
             ids = await prompt.runtime.tokenizer.encode_async(
-                prompt.text, add_special_tokens=prompt.runtime.config.add_special_tokens
+                text, add_special_tokens=add_special_tokens
             )
         return InputTokens(input_tokens=len(ids))
 
@@ -557,8 +568,8 @@ def _echo_tool(tool: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _entry(tokenizer: Tokenizer, token_id: int, logprob: float) -> dict[str, Any]:
-    text, raw = token_string(tokenizer, token_id)
+def _entry(tokenizer: Tokenizer, token_id: int, logprob: float, starts_text: bool) -> dict[str, Any]:
+    text, raw = token_string(tokenizer, token_id, starts_text=starts_text)
     return {"token": text, "logprob": logprob, "bytes": list(raw)}
 
 
@@ -566,8 +577,8 @@ def _logprobs(tokenizer: Tokenizer, entries: Sequence[TokenLogprob]) -> list[dic
     """OpenAI's LogProb objects (token, logprob, bytes, top_logprobs) of an output_text part."""
     return [
         {
-            **_entry(tokenizer, e.token_id, e.logprob),
-            "top_logprobs": [_entry(tokenizer, t, lp) for t, lp in e.top],
+            **_entry(tokenizer, e.token_id, e.logprob, e.starts_text),
+            "top_logprobs": [_entry(tokenizer, t, lp, e.starts_text) for t, lp in e.top],
         }
         for e in entries
     ]

@@ -13,19 +13,23 @@ _BY_NAME: Final[dict[str, ReasoningFormat]] = {
     f.name: f for f in (deepseek_r1.FORMAT, qwen3.FORMAT, gpt_oss.FORMAT)
 }
 
+# vLLM's names for the same formats (`--reasoning-parser`), so its flags carry over.
+_ALIASES: Final = {"openai_gptoss": "gpt_oss"}
+
 # The registered formats.
 FORMATS: Final = tuple(_BY_NAME)
 # What a model may be configured with: "none" (no parsing: the whole reply is content) or a format.
-MODEL_FORMATS: Final = ("none", *FORMATS)
+MODEL_FORMATS: Final = ("none", *FORMATS, *_ALIASES)
 
 
 def check_format(name: str) -> str:
-    """The name, if a model may be configured with it (a per-model setting, checked at start-up)."""
+    """The format's own name, if a model may be configured with `name` (a per-model setting,
+    checked at start-up)."""
     if name not in MODEL_FORMATS:
         raise ServerConfigError(
             f"Unknown reasoning parser {name!r}; expected one of {', '.join(MODEL_FORMATS)}"
         )
-    return name
+    return _ALIASES.get(name, name)
 
 
 def get_format(name: str) -> ReasoningFormat | None:

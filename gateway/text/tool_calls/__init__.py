@@ -20,13 +20,14 @@ from gateway.text.tool_calls.choice import (
     validate_tools,
 )
 from gateway.text.tool_calls.json_text import JsonScanner
-from gateway.text.tool_calls.parsing import StreamingToolParser, parse_tool_calls
+from gateway.text.tool_calls.parsing import ForcedToolParser, StreamingToolParser, parse_tool_calls
 from gateway.text.tool_calls.registry import FORMATS, MODEL_FORMATS, check_format
 
 __all__ = [
     "FORMATS",
     "MODEL_FORMATS",
     "ContentDelta",
+    "ForcedToolParser",
     "FunctionTool",
     "JsonScanner",
     "ParsedOutput",

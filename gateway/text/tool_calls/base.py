@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import secrets
 import string
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -440,7 +440,9 @@ class ToolCallFormat:
     start_openers: str
     # Text that opens another region right after a call (Llama's `;` between calls).
     continuation: str | None
-    region: Callable[[str, Collection[str] | None], Region]
+    # (opener, the declared tools' names or None for any, each declared tool's parameters schema)
+    # -> the region that reads one stretch of calls.
+    region: Callable[[str, Collection[str] | None, Mapping[str, Any]], Region]
 
 
 def partial_marker_length(text: str, markers: tuple[str, ...]) -> int:

@@ -11,7 +11,8 @@ so the two interfaces cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 from gateway.text.tool_calls.base import (
     CallStart,
@@ -45,6 +46,8 @@ class StreamingToolParser:
 
     `tool_names`, when given (the request's tools), limits calls to those functions: a "call" to
     anything else is left as content rather than handed to a client that cannot run it.
+    `tool_parameters` (name -> the tool's parameters schema) types the values of formats that
+    write them as text (``qwen3_coder``).
     """
 
     __slots__ = (
@@ -55,6 +58,7 @@ class StreamingToolParser:
         "_format",
         "_make_id",
         "_names",
+        "_parameters",
         "_pending",
         "_region",
         "_region_at",
@@ -65,10 +69,12 @@ class StreamingToolParser:
         format: str,
         *,
         tool_names: Collection[str] | None = None,
+        tool_parameters: Mapping[str, Any] | None = None,
         make_id: Callable[[], str] = new_tool_call_id,
     ) -> None:
         self._format = get_format(format)
         self._names = frozenset(tool_names) if tool_names is not None else None
+        self._parameters: Mapping[str, Any] = tool_parameters or {}
         self._make_id = make_id
         self._pending = ""
         self._region: Region | None = None
@@ -131,7 +137,9 @@ class StreamingToolParser:
                 self._emit(self._pending[:keep], events)
                 self._pending = self._pending[keep:]
                 self._region_at = found - keep
-                self._region = fmt.region(self._opener_at(fmt, self._region_at), self._names)
+                self._region = fmt.region(
+                    self._opener_at(fmt, self._region_at), self._names, self._parameters
+                )
                 continue
             if final:
                 self._emit(self._pending, events)
@@ -201,15 +209,68 @@ class StreamingToolParser:
         pieces.clear()
 
 
+class ForcedToolParser:
+    """The parser for a reply that guided decoding forced to be a call (`tool_call_json_schema`,
+    parsed with the ``json`` format): the reply is a call from its first token, whatever cuts it.
+
+    With the function known in advance (a named tool_choice, or "required" with one tool) the call
+    is announced as soon as the reply has any text, and its arguments follow as written; a reply cut
+    before its arguments opened is that call with no arguments written, never content. With
+    several tools to choose from, a call is announced once its name is written; nothing of the
+    reply is content (the guide admits nothing but the call JSON).
+    """
+
+    __slots__ = ("_inner", "_make_id", "_name", "_started")
+
+    def __init__(
+        self,
+        *,
+        name: str | None,
+        tool_names: Collection[str] | None = None,
+        make_id: Callable[[], str] = new_tool_call_id,
+    ) -> None:
+        self._inner = StreamingToolParser("json", tool_names=tool_names, make_id=make_id)
+        self._name = name
+        self._make_id = make_id
+        self._started = False
+
+    @property
+    def tool_calls(self) -> int:
+        return max(self._inner.tool_calls, 1 if self._started else 0)
+
+    def feed(self, delta: str) -> list[ToolCallEvent]:
+        events: list[ToolCallEvent] = []
+        if self._name is not None and not self._started and delta.strip():
+            self._started = True
+            events.append(ToolCallStart(0, self._make_id(), self._name))
+        return events + self._forward(self._inner.feed(delta))
+
+    def finish(self) -> list[ToolCallEvent]:
+        return self._forward(self._inner.finish())
+
+    def _forward(self, events: list[ToolCallEvent]) -> list[ToolCallEvent]:
+        out: list[ToolCallEvent] = []
+        for event in events:
+            if isinstance(event, ContentDelta):
+                continue  # a call cut before it committed: the call (if announced) is all there is
+            if isinstance(event, ToolCallStart) and self._started and event.index == 0:
+                continue  # announced already
+            out.append(event)
+        return out
+
+
 def parse_tool_calls(
     text: str,
     format: str,
     *,
     tool_names: Collection[str] | None = None,
+    tool_parameters: Mapping[str, Any] | None = None,
     make_id: Callable[[], str] = new_tool_call_id,
 ) -> ParsedOutput:
     """The content and calls of a complete reply. With no calls found, content is `text` unchanged."""
-    parser = StreamingToolParser(format, tool_names=tool_names, make_id=make_id)
+    parser = StreamingToolParser(
+        format, tool_names=tool_names, tool_parameters=tool_parameters, make_id=make_id
+    )
     events = parser.feed(text) + parser.finish()
     content = "".join(e.text for e in events if isinstance(e, ContentDelta))
     names: dict[int, tuple[str, str]] = {}

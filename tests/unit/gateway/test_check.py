@@ -113,6 +113,40 @@ def test_the_table_fits_the_terminal_and_stays_one_table_where_there_is_none(tin
             assert f"served model {row.name}" in text
             for value in (row.status, row.route, row.streamed_text, row.tokenizer):
                 assert " ".join(value.split()) in text or value in narrow.replace("\n", ""), value
-        assert "tiny: " in lines[-1] and "route:" in lines[-1]
+        assert any(line.startswith("tiny: ") and "route:" in line for line in lines)
     # A table that fits stays the one wide table.
     assert table([ready], 1000) == table([ready])
+
+
+def test_the_report_names_the_parsers_a_models_files_fit_and_warns_of_a_missing_tool_parser(
+    tiny_bpe_dir: Path, tiny_metaspace_dir: Path
+) -> None:
+    import dataclasses
+
+    from deploy.families import build_family_model
+    from gateway.check import table
+
+    ids = contract_of(CURRENT).with_decoupled(True).capabilities()
+    engine_route = dataclasses.replace(ids, route="engine")
+    qwen3_dir = build_family_model("qwen3")
+    qwen3 = Tokenizer(qwen3_dir)
+    bare = report(ServedModel(name="q", tokenizer=qwen3_dir), engine_route, None, qwen3)
+    assert bare.notes == (
+        "its chat template and special tokens fit tool_parser=hermes (not set)",
+        "its chat template and special tokens fit reasoning_parser=qwen3 (not set)",
+    )
+    (missing,) = bare.warnings
+    assert "renders tools but no tool_parser is set" in missing and "tool_parser=hermes" in missing
+    assert "q: warning: its chat template renders tools" in table([bare])
+    configured = ServedModel(name="q", tokenizer=qwen3_dir, tool_parser="hermes", reasoning_parser="qwen3")
+    fitting = report(configured, engine_route, None, qwen3)
+    assert (fitting.notes, fitting.warnings) == ((), ())
+    other = report(configured.model_copy(update={"tool_parser": "mistral"}), engine_route, None, qwen3)
+    assert other.warnings == ("tool_parser=mistral is set; its chat template and special tokens fit hermes",)
+    # A tokenizer that adds BOS and a template that does not write it: the text route cannot send
+    # the template's own prompt.
+    sp = Tokenizer(tiny_metaspace_dir)
+    sp_model = ServedModel(name="sp", tokenizer=tiny_metaspace_dir, tool_parser="hermes")
+    on_text = report(sp_model, dataclasses.replace(ids, route="ensemble"), None, sp)
+    assert any("adds '<|bos|>'" in w and "route=engine" in w for w in on_text.warnings)
+    assert not report(sp_model, engine_route, None, sp).warnings

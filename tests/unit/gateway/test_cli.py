@@ -182,8 +182,8 @@ def test_help_shows_each_flags_own_value_choices_and_defaults() -> None:
     assert "--triton-url" in check and "--model" in check
     assert "--max-n" not in check and "--cors-origins" not in check and "--workers" not in check
     dev = " ".join(gateway("dev", "--help").stdout.split())
-    assert "--tool-parser {none,llama3_json,hermes,mistral}" in dev
-    assert "--reasoning-parser {none,deepseek_r1,qwen3,gpt_oss}" in dev
+    assert "--tool-parser {none,llama3_json,hermes,qwen3_coder,mistral,deepseek_v3,openai,qwen3_xml}" in dev
+    assert "--reasoning-parser {none,deepseek_r1,qwen3,gpt_oss,openai_gptoss}" in dev
 
 
 async def test_check_exits_non_zero_for_a_model_serve_refuses_and_names_its_triton(

@@ -4,12 +4,13 @@ format. Not a model setting: chosen per request when guided decoding forces a ca
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from gateway.text.tool_calls.base import Region, ToolCallFormat, ValueRegion
 
 
-def _region(opener: str, names: Collection[str] | None) -> Region:
+def _region(opener: str, names: Collection[str] | None, parameters: Mapping[str, Any]) -> Region:
     return ValueRegion(opener, names, allow_array=True, require_arguments=True)
 
 

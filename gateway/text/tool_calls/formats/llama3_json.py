@@ -5,12 +5,13 @@ stays prose; ``<|python_tag|>`` opens one anywhere."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from gateway.text.tool_calls.base import Region, ToolCallFormat, ValueRegion
 
 
-def _region(opener: str, names: Collection[str] | None) -> Region:
+def _region(opener: str, names: Collection[str] | None, parameters: Mapping[str, Any]) -> Region:
     return ValueRegion(opener, names, require_arguments=opener == "")
 
 

@@ -4,8 +4,8 @@ or one ``[TOOL_CALLS]name[ARGS]{...}`` per call (v13+; v11 puts ``[CALL_ID]id`` 
 from __future__ import annotations
 
 import string
-from collections.abc import Collection
-from typing import Final
+from collections.abc import Collection, Mapping
+from typing import Any, Final
 
 from gateway.text.tool_calls.base import (
     REJECT,
@@ -115,7 +115,7 @@ class MistralRegion:
         return None
 
 
-def _region(opener: str, names: Collection[str] | None) -> Region:
+def _region(opener: str, names: Collection[str] | None, parameters: Mapping[str, Any]) -> Region:
     return MistralRegion(names)
 
 

@@ -127,3 +127,14 @@ def test_without_ids_the_thinking_is_counted_by_encoding_it(agent: Tokenizer) ->
     empty = ReplyParser(reasoning=fmt.parser(), count_text=lambda t: len(t))
     parse_reply(empty, "</think>Answer")
     assert empty.reasoning_tokens == 0
+
+
+def test_a_harmony_tool_parser_reads_replies_with_the_channel_parser() -> None:
+    from gateway.text.reasoning import get_format
+    from gateway.text.reply import reasoning_format_of
+
+    harmony = get_format("gpt_oss")
+    assert reasoning_format_of("none", "openai") is harmony
+    assert reasoning_format_of("openai_gptoss", "none") is harmony
+    assert reasoning_format_of("none", "hermes") is None
+    assert reasoning_format_of("qwen3", "qwen3_coder") is get_format("qwen3")

@@ -16,11 +16,20 @@ from gateway.text.tool_calls.registry import FORMATS, MODEL_FORMATS, get_format
 
 def test_every_format_file_is_registered_under_its_own_name() -> None:
     files = {m.name for m in pkgutil.iter_modules(formats.__path__)}
-    assert files == {name for name in FORMATS if name != "none"}
+    # "openai" (harmony) is read by the channel parser, "qwen3_xml" is vLLM's other name for qwen3_coder.
+    assert files == {name for name in FORMATS if name not in ("none", "openai", "qwen3_xml")}
     for name in files:
         fmt = get_format(name)
         assert fmt is not None and fmt.name == name
     assert get_format("none") is None
+    assert get_format("openai") is None
+    assert get_format("qwen3_xml") is get_format("qwen3_coder")
+
+
+def test_the_names_are_vllms() -> None:
+    # A vLLM deployment's --tool-call-parser carries over.
+    for name in ("llama3_json", "hermes", "qwen3_coder", "mistral", "deepseek_v3", "openai"):
+        assert name in MODEL_FORMATS
 
 
 def test_the_model_setting_accepts_the_registered_model_formats_only(tiny_bpe_dir: Path) -> None:

@@ -31,7 +31,9 @@ def parse(text: str, fmt: str, prompt: str = "") -> ReasoningOutput:
 
 def test_the_registry_lists_every_format_by_its_own_name() -> None:
     assert FORMATS == ("deepseek_r1", "qwen3", "gpt_oss")
-    assert ("none", *FORMATS) == MODEL_FORMATS
+    # vLLM's name for gpt-oss's parser is accepted too, as the same format.
+    assert ("none", *FORMATS, "openai_gptoss") == MODEL_FORMATS
+    assert format_named("openai_gptoss") is format_named("gpt_oss")
     assert [format_named(name).name for name in FORMATS] == list(FORMATS)
     assert get_format("none") is None
 

@@ -1,0 +1,76 @@
+"""What text the engine receives for a prompt, and how its ids are counted: the one place that
+decides whether special tokens are added.
+
+A rendered chat template is the prompt the model was trained on: encoded as transformers'
+``apply_chat_template(tokenize=True)`` encodes it, with no special tokens added on top of what the
+template writes (Llama 3, Gemma, DeepSeek and Llama 2 templates write their BOS themselves). A raw
+completions prompt keeps the tokenizer's default, as the model's setting says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.core.models import ModelRuntime
+from gateway.text.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """The text sent to the engine and whether encoding it adds special tokens: together, the ids
+    the engine sees (the gateway's count, the engine route's input)."""
+
+    text: str
+    add_special_tokens: bool
+
+
+def raw_prompt(runtime: ModelRuntime, text: str) -> Prompt:
+    """A completions prompt: special tokens as the model's setting says (the tokenizer's default)."""
+    return Prompt(text, runtime.config.add_special_tokens)
+
+
+def chat_prompt(runtime: ModelRuntime, rendered: str) -> Prompt:
+    """A rendered chat template: no special tokens on top of what the template writes.
+
+    The engine route sends the gateway's ids, encoded without them. The ensemble route sends text,
+    and its preprocessing adds the tokenizer's special tokens when the model's setting says it
+    does (upstream's default): a template that writes them itself (its BOS) then leaves them out
+    of the text sent, so the preprocessing's ids are the template's own. Where that cannot be
+    done (the template writes no BOS the tokenizer adds) the ids are counted as the engine sees
+    them, and `gateway check` and start-up say so (`template_specials_mismatch`)."""
+    if runtime.engine.info.route == "engine" or not runtime.config.add_special_tokens:
+        return Prompt(rendered, add_special_tokens=False)
+    prefix, suffix = runtime.tokenizer.special_affixes
+    if not prefix and not suffix:
+        return Prompt(rendered, add_special_tokens=False)
+    if prefix and not suffix and rendered.startswith(prefix):
+        return Prompt(rendered[len(prefix) :], add_special_tokens=True)
+    return Prompt(rendered, add_special_tokens=True)
+
+
+def template_specials_mismatch(runtime: ModelRuntime) -> str | None:
+    """Why the ensemble's preprocessing cannot encode this model's chat template as transformers
+    does, or None where it can (or the engine route is used)."""
+    return specials_mismatch(runtime.engine.info.route, runtime.config.add_special_tokens, runtime.tokenizer)
+
+
+def specials_mismatch(route: str, add_special_tokens: bool, tokenizer: Tokenizer) -> str | None:
+    """`template_specials_mismatch` from a model's parts (`gateway check` has no runtime)."""
+    if route == "engine" or not add_special_tokens:
+        return None
+    prefix, suffix = tokenizer.special_affixes
+    if (not prefix and not suffix) or not tokenizer.has_chat_template:
+        return None
+    try:
+        rendered = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
+    except Exception:  # a template that needs more than one user turn says so on each request
+        return None
+    if not suffix and rendered.startswith(prefix):
+        return None
+    added = " and ".join(repr(t) for t in (prefix, suffix) if t)
+    return (
+        f"the ensemble's preprocessing adds {added} to every prompt and the chat template does not "
+        "write it where the tokenizer puts it: chat prompts differ from the ones the model was "
+        "trained on; serve it with route=engine, or set add_special_tokens false in the "
+        "preprocessing model and add_special_tokens=false here"
+    )

@@ -1,0 +1,89 @@
+"""Chat templates as the families write them: their own errors as 400s, transformers' helpers,
+and tools refused where the template cannot show them to the model."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy.families import build_family_model
+from tests.api.conftest import MakeClient
+from tests.support.anthropic_errors import assert_error as assert_anthropic_error
+from tests.support.openai_schema import validate
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+HELPERS = """\
+{%- if messages | length > 2 %}
+    {{- raise_exception('Only one turn, please: got ' ~ messages | length) }}
+{%- endif %}
+{{- strftime_now('%Y') + '|' + (messages[0] | tojson(indent=2, sort_keys=True)) + '|' }}
+{{- messages[0]['content'] | tojson }}"""
+
+
+@pytest.fixture
+def helpers_template(tmp_path: Path) -> Path:
+    path = tmp_path / "helpers.jinja"
+    path.write_text(HELPERS, encoding="utf-8")
+    return path
+
+
+async def test_transformers_template_helpers_are_there(
+    make_client: MakeClient, helpers_template: Path
+) -> None:
+    client, engine = await make_client(model={"chat_template": str(helpers_template)})
+    message = {"role": "user", "content": "café 🙂"}
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": [message]})
+    assert r.status_code == 200, r.text
+    year = time.strftime("%Y")
+    # tojson with its arguments, and without escaping non-ASCII text (transformers' filter).
+    assert engine.requests[0].prompt_text == (
+        f"{year}|{json.dumps(message, indent=2, sort_keys=True, ensure_ascii=False)}|"
+        + json.dumps("café 🙂", ensure_ascii=False)
+    )
+
+
+async def test_raise_exception_is_a_400_with_the_templates_message(
+    make_client: MakeClient, helpers_template: Path
+) -> None:
+    client, _ = await make_client(model={"chat_template": str(helpers_template)})
+    turns = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": turns})
+    assert r.status_code == 400
+    validate("ErrorResponse", r.json())
+    assert "Only one turn, please: got 3" in r.json()["error"]["message"]
+    r = await client.post("/v1/messages", json={"model": "tiny", "max_tokens": 4, "messages": turns})
+    assert_anthropic_error(r, 400, "invalid_request_error")
+    assert "Only one turn, please: got 3" in r.json()["error"]["message"]
+    r = await client.post("/v1/responses", json={"model": "tiny", "input": turns})
+    assert r.status_code == 400 and "Only one turn, please: got 3" in r.json()["error"]["message"]
+
+
+async def test_a_family_templates_own_rule_is_a_400(make_client: MakeClient) -> None:
+    client, _ = await make_client(tokenizer_dir=build_family_model("gemma3"))
+    turns = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": turns})
+    assert r.status_code == 400
+    assert "Conversation roles must alternate user/assistant/user/assistant" in r.json()["error"]["message"]
+
+
+async def test_tools_for_a_template_that_cannot_render_them_are_a_400(make_client: MakeClient) -> None:
+    # Llama 3's template (the package's) renders no tools; the tiny model's does.
+    client, _ = await make_client(
+        tokenizer_dir=build_family_model("llama3_1"), model={"tool_parser": "hermes"}
+    )
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "weather?"}], "tools": TOOLS}
+    r = await client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "tools" and "does not render tools" in error["message"]
+    r = await client.post("/v1/chat/completions", json={**body, "tools": None})
+    assert r.status_code == 200
+    tiny, _ = await make_client(model={"tool_parser": "hermes"})
+    assert (await tiny.post("/v1/chat/completions", json=body)).status_code == 200
