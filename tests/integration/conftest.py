@@ -281,7 +281,10 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
             output_ids=True,
             family=family,
         )
-    server = TritonServer(repositories, work_dir=root / "server")
+    # Some thirty Python models start at once; on a loaded machine a stub can take longer to come up
+    # than the Python backend's default 30 s, which fails the whole server.
+    stub_timeout = f"--backend-config=python,stub-timeout-seconds={int(STARTUP_TIMEOUT_S)}"
+    server = TritonServer(repositories, work_dir=root / "server", extra_args=[stub_timeout])
     server.start()
     try:
         server.wait_ready(STARTUP_TIMEOUT_S)
