@@ -266,7 +266,8 @@ class ResponsesService(GenerationService):
             "limits": self._limits,
         }
         with tracing.span("tokenize", model=runtime.name):
-            text = chat_prompt(runtime, await runtime.tokenizer.render_chat(messages(items), **template_kwargs))
+            rendered = await runtime.tokenizer.render_chat(messages(items), **template_kwargs)
+            text = chat_prompt(runtime, rendered)
             try:
                 ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except ContextLengthExceededError as exc:
@@ -279,7 +280,10 @@ class ResponsesService(GenerationService):
                     try:
                         prompt_budget_now(
                             runtime,
-                            chat_prompt(runtime, runtime.tokenizer.apply_chat_template(messages(kept), **template_kwargs)),
+                            chat_prompt(
+                                runtime,
+                                runtime.tokenizer.apply_chat_template(messages(kept), **template_kwargs),
+                            ),
                             **budget_args,
                         )
                     except ContextLengthExceededError:
@@ -288,7 +292,8 @@ class ResponsesService(GenerationService):
 
                 kept = it.truncate(items, fits)
                 conversation = conversation[len(conversation) - len(kept) :]
-                text = chat_prompt(runtime, await runtime.tokenizer.render_chat(messages(kept), **template_kwargs))
+                rendered = await runtime.tokenizer.render_chat(messages(kept), **template_kwargs)
+                text = chat_prompt(runtime, rendered)
                 ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except GatewayError as exc:
                 raise _renamed(exc) from None
@@ -384,9 +389,7 @@ class ResponsesService(GenerationService):
         if ids is None:
             # Counted as the engine sees it.
             text, add_special_tokens = engine_prompt(prompt.runtime, prompt.prompt)
-            ids = await prompt.runtime.tokenizer.encode_async(
-                text, add_special_tokens=add_special_tokens
-            )
+            ids = await prompt.runtime.tokenizer.encode_async(text, add_special_tokens=add_special_tokens)
         return InputTokens(input_tokens=len(ids))
 
     # ------------------------------------------------------------ generating
