@@ -36,6 +36,36 @@ logger = logging.getLogger(__name__)
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "model_repo_templates"
 
 
+def lora_modules_of(model_dir: Path, wanted: str) -> str:
+    """The LoRA modules of `wanted` (comma-separated) that the model in `model_dir` has, read from
+    its weights' names: the default names the Llama modules, which other architectures (DeepSeek V3's
+    attention, gpt-oss's experts) lack, and the CPU engine refuses to load with a module it cannot
+    hook. A directory without safetensors weights (a tokenizer alone, the synthetic engine) keeps
+    `wanted`; the engine says so at load time if it is wrong."""
+    weights = sorted(model_dir.glob("*.safetensors"))
+    if not weights or not wanted:
+        return wanted
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    for path in weights:
+        with safe_open(str(path), framework="numpy") as f:
+            names.update(f.keys())
+    # Every decoder layer must have the module (DeepSeek V3's later layers are experts).
+    layers: dict[str, set[str]] = {}
+    for n in names:
+        match = re.search(r"layers\.(\d+)\.(.+)\.weight$", n)
+        if match:
+            layers.setdefault(match.group(1), set()).add(match.group(2))
+    paths = dict(load_reference_engine().LORA_MODULES.values())
+    kept = [
+        name
+        for name in wanted.split(",")
+        if name in paths and layers and all(paths[name] in held for held in layers.values())
+    ]
+    return ",".join(kept)
+
+
 def load_reference_engine() -> ModuleType:
     """The CPU reference engine's `engine.py` (no Triton in it) as a module, loaded once from the
     templates: for the benchmarks and tests that drive it directly, and the native engine's renderer,
@@ -777,6 +807,10 @@ def render_repository(
     templates = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
     out_dir = Path(out_dir).absolute()
     values = resolve_variables(backend, variant, variables)
+    if backend == "cpu" and "lora_target_modules" not in variables:
+        values["lora_target_modules"] = lora_modules_of(
+            Path(str(values["tokenizer_dir"])), str(values["lora_target_modules"])
+        )
     if models is None:
         models = BACKEND_MODELS[backend]
     if backend == "native":

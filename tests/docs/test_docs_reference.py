@@ -195,12 +195,14 @@ def _api_models() -> dict[str, list[type[BaseModel]]]:
     from gateway.apis.completions.protocol import CompletionRequest
     from gateway.apis.messages.protocol import MessageCreateRequest
     from gateway.apis.responses.protocol import CreateResponseRequest
+    from gateway.apis.tokenize.protocol import DetokenizeRequest, TokenizeRequest
 
     return {
         "chat-completions.md": [ChatCompletionRequest],
         "completions.md": [CompletionRequest],
         "responses.md": [CreateResponseRequest],
         "messages.md": [MessageCreateRequest],
+        "tokenize.md": [TokenizeRequest, DetokenizeRequest],
     }
 
 
