@@ -577,3 +577,44 @@ def test_variables_listing_and_readme_cover_every_variable(capsys: pytest.Captur
         assert f"`{variable.name}`" in readme, (
             f"{variable.name} is not documented in model_repo_templates/README.md"
         )
+
+
+def _weights(path: Path, names: list[str]) -> Path:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path.mkdir()
+    save_file({name: np.zeros((2, 2), dtype=np.float32) for name in names}, str(path / "model.safetensors"))
+    return path
+
+
+def test_the_default_lora_modules_are_those_every_decoder_layer_has(tmp_path: Path) -> None:
+    llama = [f"model.layers.{i}.{m}.weight" for i in (0, 1) for m in ("self_attn.q_proj", "mlp.gate_proj")]
+    # A later layer of experts (DeepSeek V3) has no gate_proj: that module cannot be hooked.
+    experts = [*llama[:2], "model.layers.1.self_attn.q_proj.weight", "model.layers.1.mlp.gate.weight"]
+    wanted = "attn_q,attn_k,mlp_h_to_4h"
+    assert model_repo.lora_modules_of(_weights(tmp_path / "llama", llama), wanted) == "attn_q,mlp_h_to_4h"
+    assert model_repo.lora_modules_of(_weights(tmp_path / "moe", experts), wanted) == "attn_q"
+    # No weights (a tokenizer directory, the synthetic engine): as asked.
+    (tmp_path / "none").mkdir()
+    assert model_repo.lora_modules_of(tmp_path / "none", wanted) == wanted
+    # Said explicitly, the variable is rendered as given.
+    out = render_repository(
+        tmp_path / "repo",
+        backend="cpu",
+        variant="current",
+        variables={"tokenizer_dir": tmp_path / "moe", "lora_target_modules": "attn_k"},
+        models=("tensorrt_llm",),
+    )
+    assert 'string_value: "attn_k"' in (out / "tensorrt_llm" / "config.pbtxt").read_text()
+    out = render_repository(
+        tmp_path / "auto",
+        backend="cpu",
+        variant="current",
+        variables={"tokenizer_dir": tmp_path / "moe"},
+        models=("tensorrt_llm",),
+    )
+    assert (
+        'key: "lora_target_modules"\n  value: { string_value: "attn_q" }'
+        in (out / "tensorrt_llm" / "config.pbtxt").read_text()
+    )
