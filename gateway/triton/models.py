@@ -92,13 +92,17 @@ class TritonModel:
                 return self._adapter
             last: GatewayError = EngineUnavailableError("no Triton endpoint is available")
             tried: list[Endpoint] = []
+            # A model served by the engine route alone names its engine model, and may have no
+            # ensemble at all: the contract is then the engine model's.
+            model = self._config
+            name = model.engine_model if model.route == "engine" and model.engine_model else model.triton_model
             for _ in self._pool.endpoints:
                 endpoint = self._pool.pick(tried)
                 tried.append(endpoint)
                 try:
-                    config = await endpoint.connection.model_config(self._config.triton_model)
+                    config = await endpoint.connection.model_config(name)
                 except grpc.aio.AioRpcError as exc:
-                    last = rpc_error(exc, self._config.triton_model, url=endpoint.url)
+                    last = rpc_error(exc, name, url=endpoint.url)
                     continue
                 self._adapter = self.adapter_for(detect_contract(config))
                 return self._adapter

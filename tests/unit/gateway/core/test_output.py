@@ -90,6 +90,8 @@ def test_a_forced_call_is_planned_as_one_with_its_function_when_it_is_known() ->
         "get_weather": WEATHER["function"]["parameters"],
         "get_time": {"type": "object"},
     }
-    unguided = plan(tools=[WEATHER], tool_choice="required", guided_decoding=False)
-    assert (unguided.forced, unguided.tool_format) == (False, "hermes")
+    # Without guided decoding a forced call cannot be enforced: refused, never silently unforced.
+    with pytest.raises(UnsupportedParameterError) as refused:
+        plan(tools=[WEATHER], tool_choice="required", guided_decoding=False)
+    assert refused.value.param == "tool_choice"
     assert json.loads(named.guide[1])["properties"]["name"] == {"type": "string", "enum": ["get_time"]}
