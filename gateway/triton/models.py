@@ -95,7 +95,9 @@ class TritonModel:
             # A model served by the engine route alone names its engine model, and may have no
             # ensemble at all: the contract is then the engine model's.
             model = self._config
-            name = model.engine_model if model.route == "engine" and model.engine_model else model.triton_model
+            name = (
+                model.engine_model if model.route == "engine" and model.engine_model else model.triton_model
+            )
             for _ in self._pool.endpoints:
                 endpoint = self._pool.pick(tried)
                 tried.append(endpoint)
