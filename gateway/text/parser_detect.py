@@ -31,8 +31,14 @@ def suggest_parsers(tokenizer: TokenizerLike) -> tuple[str | None, str | None]:
     return _tool_parser(vocab, template), _reasoning_parser(vocab, template)
 
 
+def _harmony(vocab: Mapping[str, int], template: str) -> bool:
+    """Harmony's tokens, and a template that writes channels (a vocabulary may hold harmony's
+    tokens beside a template of another format: the dev stack's agent model does)."""
+    return all(marker in vocab for marker in _HARMONY) and (not template or "<|channel|>" in template)
+
+
 def _tool_parser(vocab: Mapping[str, int], template: str) -> str | None:
-    if all(marker in vocab for marker in _HARMONY):
+    if _harmony(vocab, template):
         return "openai"
     if _DEEPSEEK_CALLS in vocab:
         return "deepseek_v3"
@@ -49,7 +55,7 @@ def _tool_parser(vocab: Mapping[str, int], template: str) -> str | None:
 
 
 def _reasoning_parser(vocab: Mapping[str, int], template: str) -> str | None:
-    if all(marker in vocab for marker in _HARMONY):
+    if _harmony(vocab, template):
         return "gpt_oss"
     if not all(marker in vocab for marker in _THINK):
         return None

@@ -49,3 +49,17 @@ def test_the_template_tells_qwen3_coder_from_hermes_and_a_forced_think_block_fro
     assert suggest_parsers(Files(qwen_vocab, thinking_only)) == ("hermes", "deepseek_r1")
     assert suggest_parsers(Files({"[TOOL_CALLS]": 5}, "")) == ("mistral", None)
     assert suggest_parsers(Files({}, None)) == (None, None)
+
+
+def test_harmony_tokens_beside_a_template_of_another_format_name_that_format() -> None:
+    # The dev stack's agent model: harmony's tokens in its vocabulary, a <tool_call>/<think> template.
+    vocab = {
+        t: i for i, t in enumerate(("<|start|>", "<|channel|>", "<|message|>", "<|call|>", "<tool_call>"))
+    }
+    vocab |= {"<think>": 10, "</think>": 11}
+    template = "{{ '<tool_call>' }}{% if enable_thinking %}<think>{% endif %}"
+    assert suggest_parsers(Files(vocab, template)) == ("hermes", "qwen3")
+    assert suggest_parsers(Files(vocab, "{{ '<|start|>assistant<|channel|>final<|message|>' }}")) == (
+        "openai",
+        "gpt_oss",
+    )
