@@ -54,9 +54,11 @@ def docs_gateway(
     # The dev stack's model options (gateway.devserver): what the examples are written against.
     spec = (
         f"name=tiny,tokenizer={model.tokenizer_dir},triton_model={model.ensemble},"
-        # The bpe tiny model seldom ends by itself: a small backstop keeps examples that set no
-        # limit quick (the dev stack's agent model ends its own replies).
-        "tool_parser=hermes,default_max_tokens=64"
+        # The bpe tiny model seldom ends by itself, where the dev stack's agent model ends its own
+        # replies: a small backstop keeps examples that set no limit quick, and reports its cut as
+        # a completed answer, as the agent model's own end would be (the Agents SDK example
+        # raises on an incomplete response).
+        "tool_parser=hermes,default_max_tokens=64,default_limit_status=completed"
     )
     state = tmp_path_factory.mktemp("docs_state")
     args = [
