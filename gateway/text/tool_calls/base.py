@@ -445,6 +445,11 @@ class ToolCallFormat:
     region: Callable[[str, Collection[str] | None, Mapping[str, Any]], Region]
 
 
+def is_partial_marker(rest: str, marker: str) -> bool:
+    """Whether `rest` is a proper prefix of `marker`: the marker may still be coming."""
+    return len(rest) < len(marker) and marker.startswith(rest)
+
+
 def partial_marker_length(text: str, markers: tuple[str, ...]) -> int:
     # The longest suffix of `text` that is a proper prefix of a marker.
     best = 0

@@ -22,6 +22,7 @@ from gateway.text.tool_calls.base import (
     Region,
     ToolCallFormat,
     accepted,
+    is_partial_marker,
 )
 from gateway.text.tool_calls.json_text import DONE, SCANNING, JsonScanner, skip_ws
 
@@ -41,10 +42,6 @@ _HEAD: Final = 1  # after CALL_BEGIN: type, separator, name, fence
 _ARGS: Final = 2  # committed: the arguments stream
 _TAIL: Final = 3  # after the arguments: closing fence and CALL_END
 _SKIP: Final = 4  # arguments that stopped being JSON: up to CALL_END
-
-
-def _partial(rest: str, token: str) -> bool:
-    return len(rest) < len(token) and token.startswith(rest)
 
 
 class DeepSeekRegion:
@@ -71,7 +68,9 @@ class DeepSeekRegion:
                     continue
                 if self._committed and rest.startswith(CALLS_END):
                     return Complete(j + len(CALLS_END))
-                if not final and (not rest or _partial(rest, CALL_BEGIN) or _partial(rest, CALLS_END)):
+                if not final and (
+                    not rest or is_partial_marker(rest, CALL_BEGIN) or is_partial_marker(rest, CALLS_END)
+                ):
                     return None
                 # Anything else ends the block: after a call it is what follows, before one the
                 # text was not a call.
@@ -103,7 +102,7 @@ class DeepSeekRegion:
                     self._pos = self._end = j + len(CALL_END)
                     self._stage = _NEXT
                     continue
-                if not rest or _partial(rest, CALL_END) or _partial(rest, _FENCE):
+                if not rest or is_partial_marker(rest, CALL_END) or is_partial_marker(rest, _FENCE):
                     return Complete(len(text)) if final else None
                 # Something else after the arguments: the call ends with them.
                 return Complete(self._pos)
@@ -134,7 +133,7 @@ class DeepSeekRegion:
             j = skip_ws(text, newline)
             if text.startswith(_FENCE_JSON, j):
                 j = skip_ws(text, j + len(_FENCE_JSON))
-            elif _partial(text[j:], _FENCE_JSON) and not final:
+            elif is_partial_marker(text[j:], _FENCE_JSON) and not final:
                 return None  # the fence, or its language, is still being written
             elif text.startswith(_FENCE, j):
                 j = skip_ws(text, j + len(_FENCE))

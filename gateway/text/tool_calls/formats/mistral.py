@@ -18,6 +18,7 @@ from gateway.text.tool_calls.base import (
     Rejected,
     ToolCallFormat,
     accepted,
+    is_partial_marker,
 )
 from gateway.text.tool_calls.json_text import DONE, SCANNING, JsonScanner, Span, skip_ws
 
@@ -25,10 +26,6 @@ _MISTRAL_MARKER: Final = "[TOOL_CALLS]"
 _MISTRAL_CALL_ID: Final = "[CALL_ID]"
 _MISTRAL_ARGS: Final = "[ARGS]"
 _NAME_CHARS: Final = frozenset(string.ascii_letters + string.digits + "_-.")
-
-
-def _is_partial(rest: str, token: str) -> bool:
-    return len(rest) < len(token) and token.startswith(rest)
 
 
 class MistralRegion:
@@ -101,7 +98,7 @@ class MistralRegion:
                 return REJECT
         if text.startswith(_MISTRAL_ARGS, j):
             j += len(_MISTRAL_ARGS)
-        elif _is_partial(text[j:], _MISTRAL_ARGS) or _is_partial(text[j:], _MISTRAL_CALL_ID):
+        elif is_partial_marker(text[j:], _MISTRAL_ARGS) or is_partial_marker(text[j:], _MISTRAL_CALL_ID):
             return None
         j = skip_ws(text, j)
         if j == n:
