@@ -66,6 +66,19 @@ def lora_modules_of(model_dir: Path, wanted: str) -> str:
     return ",".join(kept)
 
 
+def _publish(staging: Path, out_dir: Path) -> None:
+    """Put a fully rendered repository in place of `out_dir`, whole: an old one is moved aside
+    first and removed only once the new one is there."""
+    staging.chmod(0o755)
+    if out_dir.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        out_dir.rename(retired / "repo")
+        staging.rename(out_dir)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        staging.rename(out_dir)
+
+
 def load_reference_engine() -> ModuleType:
     """The CPU reference engine's `engine.py` (no Triton in it) as a module, loaded once from the
     templates: for the benchmarks and tests that drive it directly, and the native engine's renderer,
@@ -845,14 +858,7 @@ def render_repository(
             _copy_model_files(src, dst, include_code=not (model == "tensorrt_llm" and backend != "cpu"))
             (dst / "config.pbtxt").write_text(text)
         validate_repository(staging, composed=composed)
-        staging.chmod(0o755)
-        if out_dir.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            out_dir.rename(retired / "repo")
-            staging.rename(out_dir)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            staging.rename(out_dir)
+        _publish(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -979,14 +985,7 @@ def render_llmapi_repository(
                     f'parameters {{ key: "tokens_per_block" value {{ string_value: "{block}" }} }}\n'
                 )
         load_model_configs(staging)
-        staging.chmod(0o755)
-        if out_dir.exists():
-            retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            out_dir.rename(retired / "repo")
-            staging.rename(out_dir)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            staging.rename(out_dir)
+        _publish(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
