@@ -137,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument("--served-name", default="tiny", help="model name clients use (default: tiny)")
     dev.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE",
+        # As vLLM's flag: a family's tool template (its own may render no tools).
+        help="Jinja chat template file overriding the model's, as the `chat_template` of a --model",
+    )
+    dev.add_argument(
         "--tool-parser",
         choices=MODEL_FORMATS,
         # The dev model's chat template renders tools the Hermes way (agents send tools every turn).

@@ -158,6 +158,8 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             check_tokenizer_files(args.model_dir)
         except ServerConfigError as exc:
             raise StartupError(f"--model-dir: {exc.message}") from None
+    if args.chat_template and not Path(args.chat_template).is_file():
+        raise StartupError(f"--chat-template: {args.chat_template}: No such file")
     model_dir = Path(args.model_dir) if args.model_dir else _tiny_model_dir()
     # uvicorn re-raises SIGTERM once it has shut down; with the default handler that would end
     # the process before `finally` stops the Triton stack.
@@ -170,6 +172,7 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             triton_model=ready["ensemble"],
             tool_parser=args.tool_parser,
             reasoning_parser=args.reasoning_parser,
+            chat_template=args.chat_template,
             default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
         )
         settings = settings.model_copy(

@@ -169,6 +169,17 @@ def test_gateway_dev_with_a_wrong_model_dir_fails_at_once_without_starting_trito
     assert imported == [] and "READY" not in result.stdout
 
 
+def test_gateway_dev_with_a_missing_chat_template_fails_at_once_without_starting_triton(
+    tmp_path: Path,
+) -> None:
+    result, imported = gateway_in_process(
+        tmp_path, "dev", "--port", "0", "--chat-template", f"{tmp_path}/none.jinja"
+    )
+    line = one_line(result, 2, "--chat-template")
+    assert line == f"gateway dev: --chat-template: {tmp_path}/none.jinja: No such file"
+    assert imported == [] and "READY" not in result.stdout
+
+
 def test_help_shows_each_flags_own_value_choices_and_defaults() -> None:
     text = " ".join(gateway("serve", "--help").stdout.split())
     assert "--api-keys KEY" in text and "--cors-origins ORIGIN" in text and "--triton-url HOST:PORT" in text
