@@ -9,7 +9,9 @@ completions prompt keeps the tokenizer's default, as the model's setting says.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.core.models import ModelRuntime
 from gateway.text.tokenizer import Tokenizer
@@ -74,3 +76,14 @@ def specials_mismatch(route: str, add_special_tokens: bool, tokenizer: Tokenizer
         "trained on; serve it with route=engine, or set add_special_tokens false in the "
         "preprocessing model and add_special_tokens=false here"
     )
+
+
+def template_arguments(raw: str) -> Any:
+    """A tool call's arguments as a chat template gets them: the object their JSON text holds,
+    as transformers and vLLM hand it (templates write `arguments | tojson` or index into them,
+    so a string would be encoded twice); text that is no JSON object stays text."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, dict) else raw

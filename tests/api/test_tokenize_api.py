@@ -57,6 +57,46 @@ async def test_messages_are_tokenized_as_a_chat_request_sends_them(
     assert body["count"] < len(tokens) and body["token_strs"] == tok.convert_ids_to_tokens(body["tokens"])
 
 
+# Writes a call's arguments as Llama 3.1's JSON tool template does: `arguments | tojson`.
+TOJSON_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}"
+    "{% for c in m.get('tool_calls') or [] %}{{ c['function']['arguments'] | tojson }}{% endfor %}\n"
+    "{% endfor %}"
+)
+
+
+async def test_a_conversation_with_tool_calls_is_tokenized_as_a_chat_request_sends_it(
+    make_client: MakeClient, tiny_agent_dir: Path, tmp_path: Path
+) -> None:
+    """The template gets a call's arguments as an object on both routes (it writes them with
+    `tojson`): /tokenize shows the prompt the chat request sends, not the arguments encoded twice."""
+    template = tmp_path / "tojson.jinja"
+    template.write_text(TOJSON_TEMPLATE)
+    client, engine = await make_client(
+        tokenizer_dir=tiny_agent_dir, needs_prompt_ids=True, route="engine", model={"chat_template": template}
+    )
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    r = await client.post("/tokenize", json={"model": "tiny", "messages": messages})
+    assert r.status_code == 200, r.text
+    tokens = r.json()["tokens"]
+    text = engine.tokenizer.decode(tokens, skip_special_tokens=False)
+    assert 'assistant: {"city": "Paris"}' in text and '\\"city\\"' not in text, text
+    chat = await client.post(
+        "/v1/chat/completions", json={"model": "tiny", "messages": messages, "max_tokens": 2}
+    )
+    assert chat.status_code == 200, chat.text
+    assert list(engine.requests[-1].prompt_ids) == tokens
+
+
 async def test_detokenize_gives_the_text_of_ids_special_tokens_included(make_client: MakeClient) -> None:
     client, engine = await make_client()
     ids = engine.tokenizer.encode("Hello 你好 🎉")

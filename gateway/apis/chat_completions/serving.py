@@ -3,7 +3,6 @@ choices back as a chat.completion or a chunk stream."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
@@ -34,7 +33,7 @@ from gateway.core.generation import (
     stream_failure,
 )
 from gateway.core.output import plan_output
-from gateway.core.prompt import chat_prompt
+from gateway.core.prompt import chat_prompt, template_arguments
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError
@@ -291,7 +290,7 @@ def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
             {
                 "id": c.id,
                 "type": "function",
-                "function": {"name": c.function.name, "arguments": _arguments(c.function.arguments)},
+                "function": {"name": c.function.name, "arguments": template_arguments(c.function.arguments)},
             }
             for c in message.tool_calls
         ]
@@ -301,11 +300,3 @@ def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
     if thought is not None and message.role == "assistant":
         out["reasoning_content"] = thought
     return out
-
-
-def _arguments(raw: str) -> Any:
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return raw
-    return value if isinstance(value, dict) else raw

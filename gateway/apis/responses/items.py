@@ -8,7 +8,6 @@ reasoning models' templates read). `truncate` drops the oldest items for `trunca
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -22,6 +21,7 @@ from gateway.apis.responses.protocol import (
     Message,
     Reasoning,
 )
+from gateway.core.prompt import template_arguments
 from gateway.errors import InvalidRequestError, UnsupportedParameterError
 
 _ADAPTERS: Final[dict[str, TypeAdapter[Any]]] = {
@@ -156,15 +156,6 @@ def _text(content: str | list[dict[str, Any]]) -> str:
     return "".join(part[_TEXT_PARTS[part["type"]]] for part in content)
 
 
-def _arguments(raw: str) -> Any:
-    # Chat templates index into the arguments (Hermes/Qwen write `arguments | tojson`).
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return raw
-    return value if isinstance(value, dict) else raw
-
-
 def tool_name(name: str, namespace: str | None) -> str:
     """The name the model sees for a function, namespaced ones included (see tools.py)."""
     return f"{namespace}__{name}" if namespace else name
@@ -215,7 +206,7 @@ def to_messages(
                     "type": "function",
                     "function": {
                         "name": tool_name(item.name, item.namespace),
-                        "arguments": _arguments(item.arguments),
+                        "arguments": template_arguments(item.arguments),
                     },
                 }
             )

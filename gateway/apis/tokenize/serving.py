@@ -13,7 +13,7 @@ from gateway.apis.tokenize.protocol import (
 )
 from gateway.core.generation import GenerationService
 from gateway.core.models import ModelRuntime
-from gateway.core.prompt import Prompt, chat_prompt, raw_prompt
+from gateway.core.prompt import Prompt, chat_prompt, raw_prompt, template_arguments
 from gateway.errors import InvalidRequestError
 
 
@@ -81,4 +81,17 @@ def _template_message(message: dict[str, Any], position: int) -> dict[str, Any]:
                 )
             texts.append(text)
         content = "".join(texts)
-    return {**message, "content": content if content is not None else ""}
+    out = {**message, "content": content if content is not None else ""}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        # As chat requests hand them: the arguments as an object, so the template renders
+        # the prompt a chat request with these messages sends.
+        out["tool_calls"] = [_template_call(call) for call in calls]
+    return out
+
+
+def _template_call(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+        return call
+    return {**call, "function": {**function, "arguments": template_arguments(function["arguments"])}}
