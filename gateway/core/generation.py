@@ -141,7 +141,12 @@ class PreparedRequest:
                         tool_parameters=self.tool_parameters,
                         make_id=make_id,
                     )
-                parsers[choice.index] = ReplyParser(reasoning=reasoning, tools=tools, count_text=count_text)
+                parsers[choice.index] = ReplyParser(
+                    reasoning=reasoning,
+                    tools=tools,
+                    count_text=count_text,
+                    completion_tokens=_completion_tokens_of(choice) if count_text is not None else None,
+                )
         return parsers
 
     async def count_prompts(self) -> None:
@@ -257,6 +262,11 @@ def reasoning_format(runtime: ModelRuntime) -> ReasoningFormat | None:
             code="reasoning_parser_needs_token_ids",
         )
     return fmt
+
+
+def _completion_tokens_of(choice: ChoiceState) -> Callable[[], int]:
+    """The choice's completion token count, read when its reply's usage is written."""
+    return lambda: choice.completion_tokens
 
 
 def new_id(prefix: str) -> str:

@@ -48,9 +48,20 @@ class ReplyParser:
 
     `count_text`, for a reply decoded from text with no ids (an ensemble that returns text), counts
     the thinking's tokens by encoding it: the ids are the exact count, this is the tokenizer's.
+    `completion_tokens`, with it, gives the choice's own count of its reply: text encoded again may
+    take more tokens than were generated, so the thinking is never counted above it, and a reply
+    that was all thinking is counted as all of it.
     """
 
-    __slots__ = ("_count_text", "_reasoning", "_seen_ids", "_thinking", "_tools")
+    __slots__ = (
+        "_answered",
+        "_completion_tokens",
+        "_count_text",
+        "_reasoning",
+        "_seen_ids",
+        "_thinking",
+        "_tools",
+    )
 
     def __init__(
         self,
@@ -58,12 +69,16 @@ class ReplyParser:
         reasoning: ReasoningParser | None = None,
         tools: StreamingToolParser | ForcedToolParser | None = None,
         count_text: Callable[[str], int] | None = None,
+        completion_tokens: Callable[[], int] | None = None,
     ) -> None:
         self._reasoning = reasoning
         self._tools = tools
         self._count_text = count_text if reasoning is not None else None
+        self._completion_tokens = completion_tokens
         self._seen_ids = False
         self._thinking: list[str] = []
+        # Whether anything but thinking (answer text, a call) came out.
+        self._answered = False
 
     @property
     def tool_calls(self) -> int:
@@ -78,7 +93,13 @@ class ReplyParser:
             return 0
         if self._seen_ids or self._count_text is None:
             return self._reasoning.reasoning_tokens
-        return self._count_text("".join(self._thinking)) if self._thinking else 0
+        if not self._thinking:
+            return 0
+        if self._completion_tokens is None:
+            return self._count_text("".join(self._thinking))
+        if not self._answered:
+            return self._completion_tokens()
+        return min(self._count_text("".join(self._thinking)), self._completion_tokens())
 
     def feed(self, text: str, token_ids: Sequence[int] = ()) -> list[ReplyEvent]:
         if token_ids:
@@ -107,9 +128,13 @@ class ReplyParser:
         out: list[ReplyEvent] = []
         for event in events:
             if isinstance(event, ContentDelta):
-                out += self._answer(event.text)
+                answer = self._answer(event.text)
+                self._answered = self._answered or bool(answer)
+                out += answer
             else:
-                if isinstance(event, ReasoningDelta) and self._count_text is not None:
+                if not isinstance(event, ReasoningDelta):
+                    self._answered = True
+                elif self._count_text is not None:
                     self._thinking.append(event.text)
                 out.append(event)
         return out

@@ -1,4 +1,5 @@
-"""Property-based fuzzing of the HTTP API: whatever arrives, no 5xx, and every error is in its API's shape."""
+"""Property-based fuzzing of the HTTP API: whatever arrives, no 5xx, and every error is in its API's shape;
+for a model on an engine that can do everything and one like the llmapi model, which lacks much."""
 
 from __future__ import annotations
 
@@ -15,18 +16,27 @@ from gateway.app import create_app
 from gateway.config import ServedModel, Settings
 from gateway.text.tokenizer import Tokenizer
 from tests.support.anthropic_errors import validate_error
-from tests.support.fake_engine import FakeEngine
+from tests.support.fake_engine import LLMAPI_LIKE, FakeEngine
 from tests.support.fixtures import build_tiny
 from tests.support.openai_schema import validate
 
 
 def _app() -> Any:
     model_dir = build_tiny("bpe")
-    config = Settings(models=[ServedModel(name="tiny", tokenizer=model_dir, max_model_len=256)])
-    # Short replies keep thousands of fuzzed requests fast.
-    return create_app(
-        config, engine_factory=lambda m: FakeEngine(Tokenizer(m.tokenizer), reply=lambda r, i: "ok.")
+    config = Settings(
+        models=[
+            ServedModel(name="tiny", tokenizer=model_dir, max_model_len=256),
+            # An engine like the llmapi model: what it lacks is refused, never a 5xx.
+            ServedModel(name="tiny-llmapi", tokenizer=model_dir, max_model_len=256, tool_parser="hermes"),
+        ]
     )
+
+    def engine(m: ServedModel) -> FakeEngine:
+        # Short replies keep thousands of fuzzed requests fast.
+        like = LLMAPI_LIKE if m.name == "tiny-llmapi" else {}
+        return FakeEngine(Tokenizer(m.tokenizer), reply=lambda r, i: "ok.", **like)
+
+    return create_app(config, engine_factory=engine)
 
 
 APP = _app()
@@ -90,6 +100,7 @@ FIELDS = [
     "logprobs",
     "user",
     "tools",
+    "tool_choice",
     "response_format",
     "logit_bias",
 ]
@@ -100,7 +111,7 @@ valid_message = st.fixed_dictionaries(
     }
 )
 bodies = st.fixed_dictionaries(
-    {"model": st.sampled_from(["tiny", "other"])},
+    {"model": st.sampled_from(["tiny", "tiny-llmapi", "other"])},
     optional={
         **{f: json_values for f in FIELDS if f != "model"},
         "messages": st.lists(valid_message, max_size=3) | json_values,
@@ -112,7 +123,8 @@ bodies = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+# As many examples per served model as with one model served.
+@settings(max_examples=225, deadline=None, suppress_health_check=list(HealthCheck))
 @given(body=bodies, path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]))
 def test_arbitrary_request_bodies_never_cause_a_server_error(
     client: TestClient, body: dict, path: str

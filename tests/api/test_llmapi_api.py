@@ -9,17 +9,9 @@ import pytest
 
 from gateway.text.tokenizer import Tokenizer
 from tests.api.conftest import MakeClient
+from tests.support.fake_engine import LLMAPI_LIKE as LLMAPI
 
 USER = [{"role": "user", "content": "hi"}]
-LLMAPI = {
-    "token_ids": False,
-    "guided": False,
-    "logprobs": False,
-    "logit_bias": False,
-    "adds_special_tokens": True,
-    "counts_text": True,
-    "sampling": frozenset({"max_tokens", "temperature", "top_p", "top_k", "seed"}),
-}
 
 
 async def test_the_bos_a_chat_template_writes_is_left_to_the_engine(
@@ -75,3 +67,20 @@ async def test_a_forced_tool_choice_without_guided_decoding_is_a_400(
     assert r.json()["error"]["param"] == "tool_choice" and engine.requests == []
     auto = await client.post("/v1/chat/completions", json={**body, "tool_choice": "auto"})
     assert auto.status_code == 200, auto.text
+
+
+async def test_thinking_counted_from_the_text_never_exceeds_the_completion_tokens(
+    make_client: MakeClient,
+) -> None:
+    # Cut inside its characters, the reply decodes to U+FFFD, which encodes again to more tokens than
+    # were generated; the reply is all thinking (deepseek_r1 starts inside the block), so all of
+    # its tokens are thinking tokens.
+    client, _engine = await make_client(
+        model={"reasoning_parser": "deepseek_r1"}, reply=lambda r, i: "🎉" * 40, **LLMAPI
+    )
+    body = {"model": "tiny", "messages": USER, "max_tokens": 7}
+    r = await client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    message, usage = r.json()["choices"][0]["message"], r.json()["usage"]
+    assert message["reasoning_content"] and not message["content"]
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == usage["completion_tokens"] == 7

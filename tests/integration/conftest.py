@@ -386,3 +386,11 @@ def family_model_spec(stack: TritonStack, family: str, *, route: str = "engine",
         **fields,
     }
     return ",".join(f"{k}={v}" for k, v in spec.items())
+
+
+def llmapi_model_spec(stack: TritonStack, name: str, key: str = "llmapi_current", **fields: str) -> str:
+    """A `--model` spec serving one llmapi stand-in of the stack as a new user configures it (a
+    name, a tokenizer, the Triton model); `fields` adds spec fields (tool_parser, ...)."""
+    m = stack.llmapi[key]
+    spec = {"name": name, "tokenizer": str(m.tokenizer_dir), "triton_model": m.name, **fields}
+    return ",".join(f"{k}={v}" for k, v in spec.items())

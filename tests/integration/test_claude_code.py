@@ -1,5 +1,6 @@
 """Claude Code (npm `@anthropic-ai/claude-code`) completes a `claude -p` turn against the gateway
-as `make run` starts it (`gateway dev`: the agent tiny model, 64k context: Claude Code's prompt is
+as `make run` and `make run-llmapi` start it (`gateway dev`, on the C++ repository and on the CPU
+stand-in of TensorRT-LLM's llmapi model: the agent tiny model, 64k context: Claude Code's prompt is
 about 16 thousand tokens, on the real CPU Triton). Run by `make claude-code`, which installs the
 pinned Claude Code and sets CLAUDE_CODE_BIN; `make test` leaves it out (it needs npm and the npm
 registry)."""
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.gateway_process import DEV_ENGINES as ENGINES
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.claude_code]
@@ -21,11 +23,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.claude_code]
 KEY = "sk-claude-code-test"
 
 
-@pytest.fixture(scope="module")
-def gateway() -> Iterator[GatewayProcess]:
+@pytest.fixture(scope="module", params=ENGINES)
+def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
     # `gateway dev` with the dev model's own settings (its default output limit included), so
-    # what passes here is what a user of `make run` gets.
-    process = GatewayProcess(["--api-keys", KEY, "--access-log"], command="dev").start(timeout=600)
+    # what passes here is what a user of `make run` (or `make run-llmapi`) gets.
+    args = ["--engine", request.param, "--api-keys", KEY, "--access-log"]
+    process = GatewayProcess(args, command="dev").start(timeout=600)
     try:
         yield process
     finally:

@@ -1,6 +1,7 @@
 """The Codex CLI (npm `@openai/codex`) completes a `codex exec` turn over the Responses API
-(`wire_api = "responses"`) against the gateway as `make run` starts it (`gateway dev`: the agent
-tiny model, 64k context: Codex's first request is about 12 thousand tokens, on the real CPU
+(`wire_api = "responses"`) against the gateway as `make run` and `make run-llmapi` start it
+(`gateway dev`, on the C++ repository and on the CPU stand-in of TensorRT-LLM's llmapi model: the
+agent tiny model, 64k context: Codex's first request is about 12 thousand tokens, on the real CPU
 Triton). Run by `make codex`, which installs the pinned Codex and sets CODEX_BIN; `make test`
 leaves it out (it needs npm and the npm registry)."""
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.gateway_process import DEV_ENGINES as ENGINES
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.codex]
@@ -21,12 +23,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.codex]
 KEY = "sk-codex-test"
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+@pytest.fixture(scope="module", params=ENGINES)
+def gateway(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayProcess]:
     # `gateway dev` with the dev model's own settings (its default output limit included), so
-    # what passes here is what a user of `make run` gets.
+    # what passes here is what a user of `make run` (or `make run-llmapi`) gets.
     state = tmp_path_factory.mktemp("codex") / "state"
-    args = ["--api-keys", KEY, "--access-log", "--state-dir", str(state)]
+    args = ["--engine", request.param, "--api-keys", KEY, "--access-log", "--state-dir", str(state)]
     process = GatewayProcess(args, command="dev").start(timeout=600)
     try:
         yield process

@@ -1,4 +1,6 @@
-"""The gateway against the real local Triton stack, through official clients."""
+"""The gateway against the real local Triton stack, through official clients: the C++ repository's
+routes and, beside them, the CPU stand-in of TensorRT-LLM's llmapi model, configured as a new user
+would (a name, a tokenizer, the Triton model)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import TritonStack
+from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.gateway_process import GatewayProcess
 from tests.support.openai_schema import validate
 
@@ -25,7 +27,10 @@ SERVED = {
     "tiny-stock": ("bpe_stock", "ensemble"),
     "tiny-synthetic": ("bpe_synthetic", "ensemble"),
     "tiny-engine": ("bpe_current", "engine"),
+    # The same tiny model as `tiny`, behind the llmapi model's contract.
+    "tiny-llmapi": ("llmapi_current", "llmapi"),
 }
+LLMAPI = "tiny-llmapi"
 GREEDY = {"temperature": 0}
 PROMPTS = [
     "Hello, how are you?",
@@ -39,6 +44,9 @@ PROMPTS = [
 def gateway(triton_stack: TritonStack) -> Iterator[GatewayProcess]:
     args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning"]
     for name, (key, route) in SERVED.items():
+        if route == "llmapi":
+            args += ["--model", llmapi_model_spec(triton_stack, name, key)]
+            continue
         m = triton_stack.models[key]
         spec = f"name={name},tokenizer={m.tokenizer_dir},route={route}"
         spec += f",triton_model={m.ensemble},engine_model={m.engine}"
@@ -51,6 +59,18 @@ def gateway(triton_stack: TritonStack) -> Iterator[GatewayProcess]:
 def sdk(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0) as client:
         yield client
+
+
+def to_the_limit(model: str) -> dict[str, object]:
+    """What makes the random model write exactly `max_tokens` tokens: ignore_eos on the C++ path.
+    The llmapi contract has no ignore_eos (a 400, test_llmapi.py); the greedy prompts here do not
+    make the tiny model end by itself there."""
+    return {} if model == LLMAPI else {"ignore_eos": True}
+
+
+def tokenizer_dir(stack: TritonStack, model: str) -> Path:
+    key, route = SERVED[model]
+    return stack.llmapi[key].tokenizer_dir if route == "llmapi" else stack.models[key].tokenizer_dir
 
 
 def chat_stream(sdk: openai.OpenAI, **kwargs: object) -> tuple[dict[int, str], dict[int, str], list[dict]]:
@@ -67,25 +87,26 @@ def chat_stream(sdk: openai.OpenAI, **kwargs: object) -> tuple[dict[int, str], d
     return texts, finishes, chunks
 
 
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
 def test_openai_sdk_chat_and_completions_validate_against_the_official_schemas(
-    gateway: GatewayProcess,
+    gateway: GatewayProcess, model: str
 ) -> None:
     base = gateway.base_url
     messages = [{"role": "user", "content": "Say something"}]
     r = httpx.post(
-        f"{base}/v1/chat/completions", json={"model": "tiny", "messages": messages, "max_tokens": 8}
+        f"{base}/v1/chat/completions", json={"model": model, "messages": messages, "max_tokens": 8}
     )
     validate("CreateChatCompletionResponse", r.json())
-    r = httpx.post(f"{base}/v1/completions", json={"model": "tiny", "prompt": "Once", "max_tokens": 8})
+    r = httpx.post(f"{base}/v1/completions", json={"model": model, "prompt": "Once", "max_tokens": 8})
     validate("CreateCompletionResponse", r.json())
     validate("ListModelsResponse", httpx.get(f"{base}/v1/models").json())
     for path, body, schema in (
         (
             "/v1/chat/completions",
-            {"model": "tiny", "messages": messages},
+            {"model": model, "messages": messages},
             "CreateChatCompletionStreamResponse",
         ),
-        ("/v1/completions", {"model": "tiny", "prompt": "Once"}, "CreateCompletionResponse.stream"),
+        ("/v1/completions", {"model": model, "prompt": "Once"}, "CreateCompletionResponse.stream"),
     ):
         payload = {**body, "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}, "n": 2}
         with httpx.stream("POST", base + path, json=payload) as r:
@@ -97,9 +118,10 @@ def test_openai_sdk_chat_and_completions_validate_against_the_official_schemas(
         assert usage_chunk["choices"] == [] and usage_chunk["usage"]["completion_tokens"] > 0
 
 
-def test_openai_sdk_invoke_and_stream(sdk: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
+def test_openai_sdk_invoke_and_stream(sdk: openai.OpenAI, model: str) -> None:
     out = sdk.chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, **GREEDY
+        model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=12, **GREEDY
     )
     assert out.choices[0].finish_reason in ("stop", "length")
     assert (
@@ -107,19 +129,20 @@ def test_openai_sdk_invoke_and_stream(sdk: openai.OpenAI) -> None:
         and out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
     )
     texts, finishes, _ = chat_stream(
-        sdk, model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, **GREEDY
+        sdk, model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=12, **GREEDY
     )
     assert texts[0] == out.choices[0].message.content
     assert finishes[0] == out.choices[0].finish_reason
-    completion = sdk.completions.create(model="tiny", prompt="Once upon a time", max_tokens=5, **GREEDY)
+    completion = sdk.completions.create(model=model, prompt="Once upon a time", max_tokens=5, **GREEDY)
     assert completion.usage is not None and completion.usage.completion_tokens <= 5
 
 
-def test_langchain_chat_openai_invokes_and_streams(gateway: GatewayProcess) -> None:
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
+def test_langchain_chat_openai_invokes_and_streams(gateway: GatewayProcess, model: str) -> None:
     from langchain_openai import ChatOpenAI
 
     llm = ChatOpenAI(
-        base_url=gateway.base_url + "/v1", api_key="unused", model="tiny", temperature=0, max_tokens=10
+        base_url=gateway.base_url + "/v1", api_key="unused", model=model, temperature=0, max_tokens=10
     )
     message = llm.invoke("Hello there")
     streamed = "".join(str(chunk.content) for chunk in llm.stream("Hello there"))
@@ -128,10 +151,10 @@ def test_langchain_chat_openai_invokes_and_streams(gateway: GatewayProcess) -> N
     assert message.usage_metadata is not None and message.usage_metadata["output_tokens"] > 0
 
 
-@pytest.mark.parametrize("model", ["tiny", "tiny-sp", "tiny-stock", "tiny-legacy", "tiny-engine"])
+@pytest.mark.parametrize("model", ["tiny", "tiny-sp", "tiny-stock", "tiny-legacy", "tiny-engine", LLMAPI])
 def test_greedy_stream_equals_non_stream_text_for_unicode_prompts(sdk: openai.OpenAI, model: str) -> None:
-    # ignore_eos: the random model must not end early, so there is real text to compare.
-    common = {"model": model, "max_tokens": 24, "extra_body": {"ignore_eos": True}, **GREEDY}
+    # The random model must not end early, so there is real text to compare.
+    common = {"model": model, "max_tokens": 24, "extra_body": to_the_limit(model), **GREEDY}
     for prompt in PROMPTS:
         messages = [{"role": "user", "content": prompt}]
         full = sdk.chat.completions.create(messages=messages, **common)  # type: ignore[call-overload]
@@ -163,20 +186,20 @@ def reference_greedy_ids(model_dir: Path, prompt_ids: list[int], max_tokens: int
     return generated
 
 
-@pytest.mark.parametrize("model", ["tiny", "tiny-sp", "tiny-stock", "tiny-legacy", "tiny-engine"])
+@pytest.mark.parametrize("model", ["tiny", "tiny-sp", "tiny-stock", "tiny-legacy", "tiny-engine", LLMAPI])
 def test_greedy_text_equals_transformers_generate(
     sdk: openai.OpenAI, triton_stack: TritonStack, model: str
 ) -> None:
     from gateway.text.detokenizer import ids_decoder
     from gateway.text.tokenizer import Tokenizer
 
-    m = triton_stack.models[SERVED[model][0]]
-    tok = Tokenizer(m.tokenizer_dir)
+    model_dir = tokenizer_dir(triton_stack, model)
+    tok = Tokenizer(model_dir)
     for prompt in ("你好 world 🎉", "The quick brown fox", "Once upon a time", "emoji 🚀 café"):
         prompt_ids = tok.encode(prompt)
-        ids = reference_greedy_ids(m.tokenizer_dir, prompt_ids, 20)
+        ids = reference_greedy_ids(model_dir, prompt_ids, 20)
         got = sdk.completions.create(
-            model=model, prompt=prompt, max_tokens=20, extra_body={"ignore_eos": True}, **GREEDY
+            model=model, prompt=prompt, max_tokens=20, extra_body=to_the_limit(model), **GREEDY
         )
         assert got.usage is not None and got.usage.prompt_tokens == len(prompt_ids)
         assert got.usage.completion_tokens == 20
@@ -189,7 +212,8 @@ def test_greedy_text_equals_transformers_generate(
 
 def test_n_two_gives_indexes_0_and_1_and_a_seed_reproduces_sampling(sdk: openai.OpenAI) -> None:
     messages = [{"role": "user", "content": "Tell me a story"}]
-    for model in ("tiny", "tiny-legacy"):  # native num_return_sequences, and fan-out
+    # native num_return_sequences, fan-out, and the llmapi model's requests with seeds seed + i
+    for model in ("tiny", "tiny-legacy", LLMAPI):
         out = sdk.chat.completions.create(
             model=model, messages=messages, n=2, max_tokens=10, temperature=1.0, seed=5
         )  # type: ignore[arg-type]
@@ -211,9 +235,12 @@ def test_n_two_gives_indexes_0_and_1_and_a_seed_reproduces_sampling(sdk: openai.
     assert len(samples) > 1, "different seeds should sample different texts"
 
 
-def test_a_stop_string_from_the_middle_of_the_answer_cuts_exactly_before_it(sdk: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
+def test_a_stop_string_from_the_middle_of_the_answer_cuts_exactly_before_it(
+    sdk: openai.OpenAI, model: str
+) -> None:
     base = sdk.completions.create(
-        model="tiny", prompt="The story begins", max_tokens=40, extra_body={"ignore_eos": True}, **GREEDY
+        model=model, prompt="The story begins", max_tokens=40, extra_body=to_the_limit(model), **GREEDY
     )
     text = base.choices[0].text
     assert base.choices[0].finish_reason == "length" and base.usage and base.usage.completion_tokens == 40
@@ -224,12 +251,12 @@ def test_a_stop_string_from_the_middle_of_the_answer_cuts_exactly_before_it(sdk:
         if stream:
             chunks = list(
                 sdk.completions.create(
-                    model="tiny",
+                    model=model,
                     prompt="The story begins",
                     max_tokens=40,
                     stop=[stop],
                     stream=True,
-                    extra_body={"ignore_eos": True},
+                    extra_body=to_the_limit(model),
                     **GREEDY,
                 )
             )  # type: ignore[call-overload]
@@ -239,11 +266,11 @@ def test_a_stop_string_from_the_middle_of_the_answer_cuts_exactly_before_it(sdk:
             ]
         else:
             out = sdk.completions.create(
-                model="tiny",
+                model=model,
                 prompt="The story begins",
                 max_tokens=40,
                 stop=stop,
-                extra_body={"ignore_eos": True},
+                extra_body=to_the_limit(model),
                 **GREEDY,
             )
             got, reason = out.choices[0].text, out.choices[0].finish_reason
@@ -254,34 +281,46 @@ def test_a_stop_string_from_the_middle_of_the_answer_cuts_exactly_before_it(sdk:
 def test_max_tokens_one_gives_one_token_and_length(sdk: openai.OpenAI) -> None:
     for model in SERVED:
         out = sdk.completions.create(
-            model=model, prompt="Hello", max_tokens=1, extra_body={"ignore_eos": True}, **GREEDY
+            model=model, prompt="Hello", max_tokens=1, extra_body=to_the_limit(model), **GREEDY
         )
         assert out.choices[0].finish_reason == "length", model
         assert out.usage is not None and out.usage.completion_tokens == 1, model
 
 
-def test_the_engine_route_and_the_ensemble_route_agree(sdk: openai.OpenAI) -> None:
+@pytest.mark.parametrize("other", ["tiny-engine", LLMAPI])
+def test_the_ensemble_route_the_engine_route_and_the_llmapi_model_agree(
+    sdk: openai.OpenAI, other: str
+) -> None:
+    # The same tiny model behind each: the same greedy text, reason and counts.
     for prompt in PROMPTS:
         a = sdk.completions.create(model="tiny", prompt=prompt, max_tokens=16, **GREEDY)
-        b = sdk.completions.create(model="tiny-engine", prompt=prompt, max_tokens=16, **GREEDY)
+        b = sdk.completions.create(model=other, prompt=prompt, max_tokens=16, **GREEDY)
         assert a.choices[0].text == b.choices[0].text
         assert a.choices[0].finish_reason == b.choices[0].finish_reason
-        assert a.usage == b.usage
+        assert a.usage is not None and b.usage is not None
+        if other == LLMAPI:
+            # Its own KV cache: what it holds of the prompt depends on what it served before.
+            assert a.usage.model_dump(exclude={"prompt_tokens_details"}) == b.usage.model_dump(
+                exclude={"prompt_tokens_details"}
+            )
+        else:
+            assert a.usage == b.usage
 
 
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
         ({"model": "nope", "prompt": "x"}, 404, "model_not_found"),
-        ({"model": "tiny", "prompt": "word " * 600}, 400, "context_length_exceeded"),
-        ({"model": "tiny", "prompt": "x", "max_tokens": -1}, 400, None),
-        ({"model": "tiny", "prompt": "x", "temperature": 9}, 400, None),
+        ({"prompt": "word " * 600}, 400, "context_length_exceeded"),
+        ({"prompt": "x", "max_tokens": -1}, 400, None),
+        ({"prompt": "x", "temperature": 9}, 400, None),
     ],
 )
 def test_bad_requests_are_openai_errors(
-    gateway: GatewayProcess, body: dict, status: int, code: str | None
+    gateway: GatewayProcess, model: str, body: dict, status: int, code: str | None
 ) -> None:
-    r = httpx.post(gateway.base_url + "/v1/completions", json=body)
+    r = httpx.post(gateway.base_url + "/v1/completions", json={"model": model, **body})
     assert r.status_code == status
     validate("ErrorResponse", r.json())
     assert r.json()["error"]["code"] == code

@@ -1,9 +1,11 @@
 """The gateway over CPU stand-ins of TensorRT-LLM's llmapi model (current and 1.2.x model.py,
 decoupled and not), configured as a new user would: a name, a tokenizer, the Triton model.
 
-Every API, streamed and not, with the official clients. Text is compared with what the stand-in
-itself returns for the same prompt (its tokenizer's decoding of what it generated), stop strings
-with that text cut, cancellation with the stand-in's own counters.
+Every API, streamed and not, with the official clients (the conformance and client tests of the
+C++ path run over `llmapi_current` too: test_gateway_e2e.py, test_messages_sdk.py,
+test_responses_clients.py, test_tool_call_streaming.py, test_reasoning_clients.py). Text is
+compared with what the stand-in itself returns for the same prompt (its tokenizer's decoding of
+what it generated), stop strings with that text cut, cancellation with the stand-in's own counters.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pytest
 
 from tests.integration.conftest import LLMAPI_LAYOUT, LlmapiModel, TritonStack, stream_infer
 from tests.support.gateway_process import GatewayProcess, free_port
+from tests.support.openai_schema import validate
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +108,8 @@ def test_chat_completions_stream_the_text_the_model_generates(
     assert usage.completion_tokens == whole.usage.completion_tokens == MAX_TOKENS
 
 
-@pytest.mark.parametrize("key", ["llmapi_current", "llmapi_v12_whole"])
+# The current decoupled model: test_gateway_e2e.py, beside the C++ path.
+@pytest.mark.parametrize("key", ["llmapi_v12_whole"])
 def test_completions_stop_strings_cut_the_text_exactly(
     key: str, triton_stack: TritonStack, sdk: openai.OpenAI
 ) -> None:
@@ -170,21 +174,6 @@ def test_messages_and_responses_over_the_llmapi_model(
     assert deltas == expected
 
 
-def test_langchain_chat_openai_over_the_llmapi_model(gateway: GatewayProcess) -> None:
-    from langchain_openai import ChatOpenAI
-
-    chat = ChatOpenAI(
-        model="llmapi_current",
-        base_url=gateway.base_url + "/v1",
-        api_key="unused",
-        temperature=0,
-        max_tokens=8,
-    )  # type: ignore[call-arg]
-    whole = chat.invoke("Hello")
-    streamed = "".join(str(chunk.content) for chunk in chat.stream("Hello"))
-    assert whole.content == streamed and whole.content
-
-
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -197,6 +186,8 @@ def test_langchain_chat_openai_over_the_llmapi_model(gateway: GatewayProcess) ->
         ),
         ({"min_tokens": 2}, "min_tokens"),
         ({"repetition_penalty": 1.2}, "repetition_penalty"),
+        ({"ignore_eos": True}, "ignore_eos"),
+        ({"top_logprobs": 2, "logprobs": True}, "logprobs"),
     ],
 )
 def test_what_the_llmapi_model_cannot_do_is_a_400_naming_the_parameter(
@@ -208,6 +199,7 @@ def test_what_the_llmapi_model_cannot_do_is_a_400_naming_the_parameter(
         timeout=30,
     )
     assert r.status_code == 400, r.text
+    validate("ErrorResponse", r.json())
     assert r.json()["error"]["param"] == param
 
 

@@ -1,5 +1,7 @@
 """The Messages API against the real CPU Triton, with the official `anthropic` SDK: create, stream
-helpers, count_tokens, tool use with a tool_result round trip, and the SDK's own exceptions."""
+helpers, count_tokens, tool use with a tool_result round trip, and the SDK's own exceptions; on the
+C++ repository's routes and on the CPU stand-in of TensorRT-LLM's llmapi model (where a forced tool
+choice, which needs guided decoding, is a 400 naming it)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import anthropic
 import httpx
 import pytest
 
-from tests.integration.conftest import TritonStack
+from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.anthropic_errors import assert_error
 from tests.support.gateway_process import GatewayProcess
+from tests.support.refusals import anthropic_refusal
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +31,8 @@ WEATHER: dict[str, Any] = {
 }
 USER: list[Any] = [{"role": "user", "content": "Say something about the weather."}]
 GREEDY = {"temperature": 0}
+# The same tiny model as `tiny`, behind the llmapi model's contract.
+LLMAPI = "tiny-llmapi"
 
 
 def prompt_tokens(usage: anthropic.types.Usage) -> int:
@@ -46,6 +51,7 @@ def gateway(triton_stack: TritonStack) -> Iterator[GatewayProcess]:
         f"name=tiny,tokenizer={m.tokenizer_dir},triton_model={m.ensemble},engine_model={m.engine},tool_parser=hermes",
         f"name=tiny-engine,tokenizer={m.tokenizer_dir},route=engine,engine_model={m.engine},tool_parser=hermes",
         f"name=tiny-slow,tokenizer={slow.tokenizer_dir},triton_model={slow.ensemble},engine_model={slow.engine}",
+        llmapi_model_spec(triton_stack, LLMAPI, tool_parser="hermes"),
     ]
     # One generation at a time and no queue, so that the rate-limit test can fill the gateway.
     args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning", "--api-keys", KEY]
@@ -62,7 +68,7 @@ def client(gateway: GatewayProcess) -> Iterator[anthropic.Anthropic]:
         yield sdk
 
 
-@pytest.mark.parametrize("model", ["tiny", "tiny-engine"])
+@pytest.mark.parametrize("model", ["tiny", "tiny-engine", LLMAPI])
 def test_create_answers_with_text_usage_and_a_stop_reason(client: anthropic.Anthropic, model: str) -> None:
     message = client.messages.create(
         model=model, max_tokens=24, system="You are terse.", messages=USER, extra_body=GREEDY
@@ -75,28 +81,30 @@ def test_create_answers_with_text_usage_and_a_stop_reason(client: anthropic.Anth
     assert counted.input_tokens == prompt_tokens(message.usage)
 
 
-def test_both_routes_give_the_same_greedy_message(client: anthropic.Anthropic) -> None:
+def test_both_routes_and_the_llmapi_model_give_the_same_greedy_message(client: anthropic.Anthropic) -> None:
     texts = [
         client.messages.create(model=m, max_tokens=24, messages=USER, extra_body=GREEDY).content
-        for m in ("tiny", "tiny-engine")
+        for m in ("tiny", "tiny-engine", LLMAPI)
     ]
-    assert texts[0] == texts[1]
+    assert texts[0] == texts[1] == texts[2]
 
 
-def test_a_stop_sequence_cuts_the_text_and_is_named(client: anthropic.Anthropic) -> None:
-    full = client.messages.create(model="tiny", max_tokens=40, messages=USER, extra_body=GREEDY)
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
+def test_a_stop_sequence_cuts_the_text_and_is_named(client: anthropic.Anthropic, model: str) -> None:
+    full = client.messages.create(model=model, max_tokens=40, messages=USER, extra_body=GREEDY)
     text = full.content[0].text  # type: ignore[union-attr]
     stop = text[len(text) // 2 : len(text) // 2 + 3]
     assert stop.strip(), text
     cut = client.messages.create(
-        model="tiny", max_tokens=40, messages=USER, stop_sequences=[stop], extra_body=GREEDY
+        model=model, max_tokens=40, messages=USER, stop_sequences=[stop], extra_body=GREEDY
     )
     assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop
     assert cut.content[0].text == text[: text.index(stop)]  # type: ignore[union-attr]
 
 
-def test_the_stream_helpers_reach_the_same_message_as_create(client: anthropic.Anthropic) -> None:
-    fields: dict[str, Any] = {"model": "tiny", "max_tokens": 32, "messages": USER, "extra_body": GREEDY}
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
+def test_the_stream_helpers_reach_the_same_message_as_create(client: anthropic.Anthropic, model: str) -> None:
+    fields: dict[str, Any] = {"model": model, "max_tokens": 32, "messages": USER, "extra_body": GREEDY}
     whole = client.messages.create(**fields)
     with client.messages.stream(**fields) as stream:
         streamed_text = "".join(stream.text_stream)
@@ -105,54 +113,72 @@ def test_the_stream_helpers_reach_the_same_message_as_create(client: anthropic.A
     assert final.model_dump(exclude={"id"}) == whole.model_dump(exclude={"id"})
 
 
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
 def test_tool_use_streams_the_same_input_and_a_tool_result_round_trip_completes(
-    client: anthropic.Anthropic,
+    client: anthropic.Anthropic, model: str
 ) -> None:
     question: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
     fields: dict[str, Any] = {
-        "model": "tiny",
+        "model": model,
         "max_tokens": 60,
         "messages": question,
         "tools": [WEATHER],
         "tool_choice": {"type": "tool", "name": "get_weather"},
         "extra_body": GREEDY,
     }
-    whole = client.messages.create(**fields)
-    assert whole.stop_reason == "tool_use"
-    (call,) = [b for b in whole.content if b.type == "tool_use"]
-    assert call.id.startswith("toolu_") and call.name == "get_weather"
-    assert call.input in ({"city": "Paris"}, {"city": "Tokyo"})
-    with client.messages.stream(**fields) as stream:
-        final = stream.get_final_message()
-    (streamed,) = [b for b in final.content if b.type == "tool_use"]
-    assert (streamed.name, streamed.input) == (call.name, call.input)
-    assert final.stop_reason == "tool_use"
+    if model == LLMAPI:
+        # Only guided decoding makes a reply a call, and the llmapi model has none: the round trip
+        # goes on from a call written here.
+        with anthropic_refusal("tool_choice"):
+            client.messages.create(**fields)
+        with anthropic_refusal("tool_choice"), client.messages.stream(**fields):
+            pass
+        content: Any = [
+            {"type": "tool_use", "id": "toolu_weather", "name": "get_weather", "input": {"city": "Paris"}}
+        ]
+        call_id = "toolu_weather"
+    else:
+        whole = client.messages.create(**fields)
+        assert whole.stop_reason == "tool_use"
+        (call,) = [b for b in whole.content if b.type == "tool_use"]
+        assert call.id.startswith("toolu_") and call.name == "get_weather"
+        assert call.input in ({"city": "Paris"}, {"city": "Tokyo"})
+        with client.messages.stream(**fields) as stream:
+            final = stream.get_final_message()
+        (streamed,) = [b for b in final.content if b.type == "tool_use"]
+        assert (streamed.name, streamed.input) == (call.name, call.input)
+        assert final.stop_reason == "tool_use"
+        content, call_id = whole.content, call.id
 
     answer = client.messages.create(
-        model="tiny",
+        model=model,
         max_tokens=16,
         tools=[WEATHER],
         messages=[
             *question,
-            {"role": "assistant", "content": whole.content},
+            {"role": "assistant", "content": content},
             {
                 "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "22 C and sunny"}],
+                "content": [{"type": "tool_result", "tool_use_id": call_id, "content": "22 C and sunny"}],
             },
         ],
         extra_body=GREEDY,
     )
     assert answer.stop_reason in ("end_turn", "max_tokens", "tool_use")
-    assert prompt_tokens(answer.usage) > prompt_tokens(whole.usage)
+    asked = client.messages.count_tokens(model=model, messages=question, tools=[WEATHER])
+    assert prompt_tokens(answer.usage) > asked.input_tokens
 
 
-def test_errors_raise_the_sdks_own_exceptions(client: anthropic.Anthropic, gateway: GatewayProcess) -> None:
+@pytest.mark.parametrize("model", ["tiny", LLMAPI])
+def test_errors_raise_the_sdks_own_exceptions(
+    client: anthropic.Anthropic, gateway: GatewayProcess, model: str
+) -> None:
     with pytest.raises(anthropic.NotFoundError) as not_found:
         client.messages.create(model="claude-unknown", max_tokens=8, messages=USER)
     assert not_found.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
     with pytest.raises(anthropic.BadRequestError, match="tool_use_id"):
         client.messages.create(
-            model="tiny",
+            model=model,
             max_tokens=8,
             messages=[
                 {
@@ -163,7 +189,7 @@ def test_errors_raise_the_sdks_own_exceptions(client: anthropic.Anthropic, gatew
         )
     with pytest.raises(anthropic.BadRequestError, match="image"):
         client.messages.create(
-            model="tiny",
+            model=model,
             max_tokens=8,
             messages=[
                 {
@@ -179,7 +205,7 @@ def test_errors_raise_the_sdks_own_exceptions(client: anthropic.Anthropic, gatew
         )
     wrong = anthropic.Anthropic(base_url=gateway.base_url, api_key="wrong", max_retries=0)
     with wrong, pytest.raises(anthropic.AuthenticationError):
-        wrong.messages.create(model="tiny", max_tokens=8, messages=USER)
+        wrong.messages.create(model=model, max_tokens=8, messages=USER)
 
 
 def test_a_full_gateway_raises_rate_limit_error(client: anthropic.Anthropic) -> None:

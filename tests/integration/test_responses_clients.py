@@ -1,5 +1,7 @@
 """The Responses API against the real CPU Triton, through the official clients: the `openai` SDK
-(`client.responses`), the OpenAI Agents SDK and LangChain's ChatOpenAI(use_responses_api=True)."""
+(`client.responses`), the OpenAI Agents SDK and LangChain's ChatOpenAI(use_responses_api=True); on
+the C++ repository and on the CPU stand-in of TensorRT-LLM's llmapi model, where what needs guided
+decoding (a forced tool choice, a JSON schema) is a 400 naming the parameter."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import openai
 import pydantic
 import pytest
 
-from tests.integration.conftest import TritonStack
+from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.gateway_process import GatewayProcess
 from tests.support.openai_schema import validate
+from tests.support.refusals import openai_refusal
 
 pytestmark = pytest.mark.integration
 
@@ -33,6 +36,9 @@ WEATHER = {
 }
 # The random test model never ends by itself: every request bounds its output.
 SHORT = {"max_output_tokens": 24, "temperature": 0}
+# The same tiny model as `tiny`, behind the llmapi model's contract.
+LLMAPI = "tiny-llmapi"
+MODELS = ["tiny", LLMAPI]
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +48,23 @@ def gateway(triton_stack: TritonStack, tmp_path_factory: pytest.TempPathFactory)
         f"name=tiny,tokenizer={m.tokenizer_dir},triton_model={m.ensemble},engine_model={m.engine},"
         "tool_parser=hermes,default_max_tokens=24"
     )
+    # Nothing steers the llmapi model to end a reply (no guided decoding), and the random model
+    # seldom ends one itself: its backstop cut is reported as a completed answer, as a model's own
+    # end would be (the Agents SDK raises on an incomplete response).
+    llmapi = llmapi_model_spec(
+        triton_stack, LLMAPI, tool_parser="hermes", default_max_tokens="24", default_limit_status="completed"
+    )
     state = tmp_path_factory.mktemp("gateway_state")
-    args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning", "--model", spec]
+    args = [
+        "--triton-url",
+        triton_stack.grpc_url,
+        "--log-level",
+        "warning",
+        "--model",
+        spec,
+        "--model",
+        llmapi,
+    ]
     args += ["--state-dir", str(state)]
     with GatewayProcess(args) as process:
         yield process
@@ -59,8 +80,9 @@ def dump(response: Any) -> dict[str, Any]:
     return response.model_dump(mode="json", exclude_unset=True, exclude={"output_text"})
 
 
-def test_create_with_string_and_item_input_and_instructions(sdk: openai.OpenAI) -> None:
-    first = sdk.responses.create(model="tiny", input="Hello there", instructions="Answer briefly", **SHORT)
+@pytest.mark.parametrize("model", MODELS)
+def test_create_with_string_and_item_input_and_instructions(sdk: openai.OpenAI, model: str) -> None:
+    first = sdk.responses.create(model=model, input="Hello there", instructions="Answer briefly", **SHORT)
     assert first.status in ("completed", "incomplete") and first.output_text
     assert first.usage is not None and first.usage.input_tokens > 0 and first.usage.output_tokens > 0
     validate("Response", dump(first))
@@ -68,16 +90,17 @@ def test_create_with_string_and_item_input_and_instructions(sdk: openai.OpenAI) 
         {"role": "developer", "content": "Answer briefly"},
         {"role": "user", "content": [{"type": "input_text", "text": "Hello there"}]},
     ]
-    second = sdk.responses.create(model="tiny", input=items, **SHORT)
+    second = sdk.responses.create(model=model, input=items, **SHORT)
     validate("Response", dump(second))
     # The same conversation either way (a developer item is the instructions' role).
     assert second.output_text == first.output_text
 
 
-def test_streamed_text_equals_whole_text_for_a_greedy_request(sdk: openai.OpenAI) -> None:
-    whole = sdk.responses.create(model="tiny", input="Tell me a story", **SHORT)
+@pytest.mark.parametrize("model", MODELS)
+def test_streamed_text_equals_whole_text_for_a_greedy_request(sdk: openai.OpenAI, model: str) -> None:
+    whole = sdk.responses.create(model=model, input="Tell me a story", **SHORT)
     deltas = []
-    with sdk.responses.stream(model="tiny", input="Tell me a story", **SHORT) as stream:
+    with sdk.responses.stream(model=model, input="Tell me a story", **SHORT) as stream:
         for event in stream:
             validate(
                 "ResponseStreamEvent", event.model_dump(mode="json", exclude_unset=True, exclude={"snapshot"})
@@ -92,9 +115,10 @@ def test_streamed_text_equals_whole_text_for_a_greedy_request(sdk: openai.OpenAI
     assert final.status == whole.status
 
 
-def test_stream_reaches_response_completed(sdk: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_stream_reaches_response_completed(sdk: openai.OpenAI, model: str) -> None:
     seen = []
-    with sdk.responses.stream(model="tiny", input="Hi", max_output_tokens=200) as stream:
+    with sdk.responses.stream(model=model, input="Hi", max_output_tokens=200) as stream:
         for event in stream:
             seen.append(event.type)
     assert seen[:2] == ["response.created", "response.in_progress"]
@@ -102,11 +126,47 @@ def test_stream_reaches_response_completed(sdk: openai.OpenAI) -> None:
     # The random model may or may not end before 200 tokens; either is a finished response.
 
 
-def test_function_call_and_its_output_round_trip(sdk: openai.OpenAI) -> None:
-    # A required tool choice is enforced by guided decoding, so the random model calls the tool.
-    first = sdk.responses.create(
-        model="tiny", input="Weather in Paris?", tools=[WEATHER], tool_choice="required", max_output_tokens=64
-    )
+@pytest.mark.parametrize("model", MODELS)
+def test_function_call_and_its_output_round_trip(sdk: openai.OpenAI, model: str) -> None:
+    question = "Weather in Paris?"
+    forced: dict[str, Any] = {
+        "model": model,
+        "input": question,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "max_output_tokens": 64,
+        "temperature": 0,
+    }
+    if model == LLMAPI:
+        # Only guided decoding makes a reply a call, and the llmapi model has none: the round trip
+        # goes on from a call written here.
+        with openai_refusal("tool_choice"):
+            sdk.responses.create(**forced)
+        with openai_refusal("tool_choice"), sdk.responses.stream(**forced):
+            pass
+        call_item = {"type": "function_call", "call_id": "call_weather", "name": "get_weather"}
+        call_item["arguments"] = '{"city": "Paris"}'
+        follow = sdk.responses.create(
+            model=model,
+            input=[
+                {"role": "user", "content": question},
+                call_item,
+                {"type": "function_call_output", "call_id": "call_weather", "output": '{"celsius": 21}'},
+            ],  # type: ignore[list-item]
+            tools=[WEATHER],  # type: ignore[list-item]
+            **SHORT,
+        )
+    else:
+        follow = _called_and_followed(sdk, forced)
+    assert follow.status in ("completed", "incomplete")
+    items = list(sdk.responses.input_items.list(follow.id, order="asc"))
+    assert [i.type for i in items][-2:] == ["function_call", "function_call_output"]
+
+
+def _called_and_followed(sdk: openai.OpenAI, forced: dict[str, Any]) -> Any:
+    """A required tool choice is enforced by guided decoding, so the random model calls the tool:
+    the call, whole and streamed, and the answer to its output."""
+    first = sdk.responses.create(**{k: v for k, v in forced.items() if k != "temperature"})
     validate("Response", dump(first))
     calls = [item for item in first.output if item.type == "function_call"]
     assert calls, first.output
@@ -115,41 +175,24 @@ def test_function_call_and_its_output_round_trip(sdk: openai.OpenAI) -> None:
 
     # Streamed, the arguments concatenate to the whole ones (greedy, same request).
     args = ""
-    with sdk.responses.stream(
-        model="tiny",
-        input="Weather in Paris?",
-        tools=[WEATHER],
-        tool_choice="required",
-        max_output_tokens=64,
-        temperature=0,
-    ) as stream:
+    with sdk.responses.stream(**forced) as stream:
         for event in stream:
             if event.type == "response.function_call_arguments.delta":
                 args += event.delta
             if event.type in ("response.completed", "response.incomplete"):
                 streamed = event.response
-    whole = sdk.responses.create(
-        model="tiny",
-        input="Weather in Paris?",
-        tools=[WEATHER],
-        tool_choice="required",
-        max_output_tokens=64,
-        temperature=0,
-    )
+    whole = sdk.responses.create(**forced)
     whole_call = next(i for i in whole.output if i.type == "function_call")
     streamed_call = next(i for i in streamed.output if i.type == "function_call")
     assert args == whole_call.arguments == streamed_call.arguments
 
-    follow = sdk.responses.create(
-        model="tiny",
+    return sdk.responses.create(
+        model=forced["model"],
         previous_response_id=first.id,
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": '{"celsius": 21}'}],
-        tools=[WEATHER],
+        tools=[WEATHER],  # type: ignore[list-item]
         **SHORT,
     )
-    assert follow.status in ("completed", "incomplete")
-    items = list(sdk.responses.input_items.list(follow.id, order="asc"))
-    assert [i.type for i in items][-2:] == ["function_call", "function_call_output"]
 
 
 class Forecast(pydantic.BaseModel):
@@ -158,23 +201,33 @@ class Forecast(pydantic.BaseModel):
     sunny: bool
 
 
-def test_text_format_json_schema_and_parse(sdk: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_text_format_json_schema_and_parse(sdk: openai.OpenAI, model: str) -> None:
     schema = Forecast.model_json_schema() | {"additionalProperties": False}
-    r = sdk.responses.create(
-        model="tiny",
-        input="Forecast?",
-        text={"format": {"type": "json_schema", "name": "forecast", "schema": schema, "strict": True}},
-        max_output_tokens=200,
-    )
+    fields: dict[str, Any] = {
+        "model": model,
+        "input": "Forecast?",
+        "text": {"format": {"type": "json_schema", "name": "forecast", "schema": schema, "strict": True}},
+        "max_output_tokens": 200,
+    }
+    if model == LLMAPI:
+        # A JSON schema is enforced by guided decoding, which the llmapi model lacks.
+        with openai_refusal("text.format"):
+            sdk.responses.create(**fields)
+        with openai_refusal("text.format"):
+            sdk.responses.parse(model=model, input="Forecast?", text_format=Forecast, max_output_tokens=200)
+        return
+    r = sdk.responses.create(**fields)
     jsonschema.validate(json.loads(r.output_text), schema)
-    parsed = sdk.responses.parse(model="tiny", input="Forecast?", text_format=Forecast, max_output_tokens=200)
+    parsed = sdk.responses.parse(model=model, input="Forecast?", text_format=Forecast, max_output_tokens=200)
     assert isinstance(parsed.output_parsed, Forecast)
 
 
-def test_previous_response_id_retrieve_delete_and_input_items(sdk: openai.OpenAI) -> None:
-    first = sdk.responses.create(model="tiny", input="My name is Ada.", **SHORT)
+@pytest.mark.parametrize("model", MODELS)
+def test_previous_response_id_retrieve_delete_and_input_items(sdk: openai.OpenAI, model: str) -> None:
+    first = sdk.responses.create(model=model, input="My name is Ada.", **SHORT)
     second = sdk.responses.create(
-        model="tiny", input="What is my name?", previous_response_id=first.id, **SHORT
+        model=model, input="What is my name?", previous_response_id=first.id, **SHORT
     )
     assert second.previous_response_id == first.id
     assert second.usage is not None and first.usage is not None
@@ -189,12 +242,13 @@ def test_previous_response_id_retrieve_delete_and_input_items(sdk: openai.OpenAI
     with pytest.raises(openai.NotFoundError):
         sdk.responses.retrieve(first.id)
     with pytest.raises(openai.BadRequestError) as info:
-        sdk.responses.create(model="tiny", input="again", previous_response_id=first.id, **SHORT)
+        sdk.responses.create(model=model, input="again", previous_response_id=first.id, **SHORT)
     assert info.value.body["param"] == "previous_response_id"  # type: ignore[index]
 
 
-def test_store_false_is_not_retrievable(sdk: openai.OpenAI) -> None:
-    r = sdk.responses.create(model="tiny", input="x", store=False, **SHORT)
+@pytest.mark.parametrize("model", MODELS)
+def test_store_false_is_not_retrievable(sdk: openai.OpenAI, model: str) -> None:
+    r = sdk.responses.create(model=model, input="x", store=False, **SHORT)
     with pytest.raises(openai.NotFoundError):
         sdk.responses.retrieve(r.id)
 
@@ -204,7 +258,8 @@ class Report(pydantic.BaseModel):
     sunny: bool
 
 
-def test_agents_sdk_calls_the_tool_and_finishes(gateway: GatewayProcess) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_agents_sdk_calls_the_tool_and_finishes(gateway: GatewayProcess, model: str) -> None:
     from agents import (
         Agent,
         ModelSettings,
@@ -231,11 +286,15 @@ def test_agents_sdk_calls_the_tool_and_finishes(gateway: GatewayProcess) -> None
         # answer, which ends when its JSON does (an unguided random model would run to the limit).
         agent = Agent(
             name="weather",
-            model=OpenAIResponsesModel("tiny", client),
+            model=OpenAIResponsesModel(model, client),
             tools=[get_weather],
             output_type=Report,
             model_settings=ModelSettings(tool_choice="required", max_tokens=96, temperature=0),
         )
+        if model == LLMAPI:
+            await refused_and_unforced(agent)
+            await client.close()
+            return
         result = await Runner.run(agent, "Weather in Paris?", max_turns=4)
         assert called and isinstance(result.final_output, Report)
         before = len(called)
@@ -247,15 +306,31 @@ def test_agents_sdk_calls_the_tool_and_finishes(gateway: GatewayProcess) -> None
         assert isinstance(streamed.final_output, Report)
         await client.close()
 
+    async def refused_and_unforced(agent: Agent[Any]) -> None:
+        # The llmapi model has no guided decoding to force the call.
+        with openai_refusal("tool_choice"):
+            await Runner.run(agent, "Weather in Paris?", max_turns=4)
+        # Unforced, the turn completes: the random model answers in text (it writes no call), the
+        # agent's final output, streamed as it is written.
+        plain = agent.clone(output_type=None, model_settings=ModelSettings(temperature=0))
+        result = await Runner.run(plain, "Weather in Paris?", max_turns=4)
+        assert isinstance(result.final_output, str) and result.final_output
+        streamed = Runner.run_streamed(plain, "Weather in Paris?", max_turns=4)
+        kinds = {event.type async for event in streamed.stream_events()}
+        assert "raw_response_event" in kinds and streamed.final_output == result.final_output
+
     asyncio.run(run())
 
 
-def test_langchain_responses_api_invoke_stream_and_tool_round_trip(gateway: GatewayProcess) -> None:
-    from langchain_core.messages import HumanMessage, ToolMessage
+@pytest.mark.parametrize("model", MODELS)
+def test_langchain_responses_api_invoke_stream_and_tool_round_trip(
+    gateway: GatewayProcess, model: str
+) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     from langchain_openai import ChatOpenAI
 
     llm = ChatOpenAI(
-        model="tiny",
+        model=model,
         base_url=gateway.base_url + "/v1",
         api_key="unused",  # type: ignore[arg-type]
         use_responses_api=True,
@@ -270,7 +345,7 @@ def test_langchain_responses_api_invoke_stream_and_tool_round_trip(gateway: Gate
     tool = {k: v for k, v in WEATHER.items() if k != "strict"}
     # A forced call is guided JSON: room for all of it.
     roomy = ChatOpenAI(
-        model="tiny",
+        model=model,
         base_url=gateway.base_url + "/v1",
         api_key="unused",  # type: ignore[arg-type]
         use_responses_api=True,
@@ -280,7 +355,15 @@ def test_langchain_responses_api_invoke_stream_and_tool_round_trip(gateway: Gate
     )
     with_tools = roomy.bind_tools([tool], tool_choice="get_weather")
     question = HumanMessage("Weather in Paris?")
-    call_message = with_tools.invoke([question])
+    if model == LLMAPI:
+        # No guided decoding to force the call: the round trip goes on from a call written here.
+        with openai_refusal("tool_choice"):
+            with_tools.invoke([question])
+        call_message = AIMessage(
+            "", tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "call_weather"}]
+        )
+    else:
+        call_message = with_tools.invoke([question])
     (call,) = call_message.tool_calls
     assert call["name"] == "get_weather"
     answer = llm.bind_tools([tool]).invoke(

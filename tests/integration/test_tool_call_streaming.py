@@ -1,7 +1,9 @@
 """Tool-call arguments streamed as the model writes them, and a call cut by the token limit, against
 the real CPU Triton with the official clients: the `openai` SDK (chat completions and the Responses
 stream) and the `anthropic` SDK's stream. Guided decoding forces the call (a required or named tool
-choice), and greedy decoding makes every request repeatable."""
+choice), and greedy decoding makes every request repeatable. The CPU stand-in of TensorRT-LLM's
+llmapi model has no guided decoding: there, each forced call is a 400 naming `tool_choice`, streamed
+or not, in the API's own error shape."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import anthropic
 import openai
 import pytest
 
-from tests.integration.conftest import TritonStack
+from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.gateway_process import GatewayProcess
 from tests.support.openai_schema import validate
+from tests.support.refusals import anthropic_refusal, openai_refusal
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +37,9 @@ RESPONSES_TOOL: Any = {"type": "function", "name": "get_forecast", "parameters":
 MESSAGES_TOOL: Any = {"name": "get_forecast", "input_schema": PARAMETERS}
 QUESTION = "What is the forecast for Paris this week?"
 LIMIT = 96
+# The same tiny model as `tiny`, behind the llmapi model's contract.
+LLMAPI = "tiny-llmapi"
+MODELS = ["tiny", LLMAPI]
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +50,7 @@ def gateway(triton_stack: TritonStack, tmp_path_factory: pytest.TempPathFactory)
         "tool_parser=hermes"
     )
     args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning", "--model", spec]
+    args += ["--model", llmapi_model_spec(triton_stack, LLMAPI, tool_parser="hermes")]
     args += ["--state-dir", str(tmp_path_factory.mktemp("gateway_state"))]
     with GatewayProcess(args) as process:
         yield process
@@ -80,9 +87,12 @@ def assert_cut(cut: str, whole: str) -> None:
 # ---------------------------------------------------------------- chat completions
 
 
-def test_chat_streams_the_arguments_in_several_deltas_equal_to_the_whole_ones(sdk: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_chat_streams_the_arguments_in_several_deltas_equal_to_the_whole_ones(
+    sdk: openai.OpenAI, model: str
+) -> None:
     fields: Any = {
-        "model": "tiny",
+        "model": model,
         "messages": [{"role": "user", "content": QUESTION}],
         "tools": [CHAT_TOOL],
         "tool_choice": "required",
@@ -90,6 +100,11 @@ def test_chat_streams_the_arguments_in_several_deltas_equal_to_the_whole_ones(sd
         "temperature": 0,
         "max_tokens": LIMIT,
     }
+    if model == LLMAPI:
+        for stream in (False, True):
+            with openai_refusal("tool_choice"):
+                sdk.chat.completions.create(**fields, stream=stream)
+        return
     whole = sdk.chat.completions.create(**fields)
     (call,) = whole.choices[0].message.tool_calls or []
     assert call.function.name == "get_forecast"  # type: ignore[union-attr]
@@ -113,14 +128,22 @@ def test_chat_streams_the_arguments_in_several_deltas_equal_to_the_whole_ones(sd
     assert finish == "tool_calls"
 
 
-def test_chat_a_call_cut_by_max_tokens_is_a_tool_call_with_finish_reason_length(sdk: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_chat_a_call_cut_by_max_tokens_is_a_tool_call_with_finish_reason_length(
+    sdk: openai.OpenAI, model: str
+) -> None:
     fields: Any = {
-        "model": "tiny",
+        "model": model,
         "messages": [{"role": "user", "content": QUESTION}],
         "tools": [CHAT_TOOL],
         "tool_choice": {"type": "function", "function": {"name": "get_forecast"}},
         "temperature": 0,
     }
+    if model == LLMAPI:
+        for stream in (False, True):
+            with openai_refusal("tool_choice"):
+                sdk.chat.completions.create(**fields, max_tokens=LIMIT, stream=stream)
+        return
     whole = sdk.chat.completions.create(**fields, max_tokens=LIMIT)
     arguments = (whole.choices[0].message.tool_calls or [])[0].function.arguments  # type: ignore[union-attr]
     assert whole.usage is not None
@@ -154,15 +177,24 @@ def test_chat_a_call_cut_by_max_tokens_is_a_tool_call_with_finish_reason_length(
 # ---------------------------------------------------------------- Responses
 
 
-def test_responses_stream_arguments_in_deltas_and_a_cut_call_is_incomplete(sdk: openai.OpenAI) -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_responses_stream_arguments_in_deltas_and_a_cut_call_is_incomplete(
+    sdk: openai.OpenAI, model: str
+) -> None:
     fields: Any = {
-        "model": "tiny",
+        "model": model,
         "input": QUESTION,
         "tools": [RESPONSES_TOOL],
         "tool_choice": "required",
         "parallel_tool_calls": False,
         "temperature": 0,
     }
+    if model == LLMAPI:
+        with openai_refusal("tool_choice"):
+            sdk.responses.create(**fields, max_output_tokens=LIMIT)
+        with openai_refusal("tool_choice"), sdk.responses.stream(**fields, max_output_tokens=LIMIT):
+            pass
+        return
     whole = sdk.responses.create(**fields, max_output_tokens=LIMIT)
     (call,) = [item for item in whole.output if item.type == "function_call"]
     assert call.name == "get_forecast" and json.loads(call.arguments)
@@ -209,16 +241,23 @@ def test_responses_stream_arguments_in_deltas_and_a_cut_call_is_incomplete(sdk: 
 # ---------------------------------------------------------------- Messages
 
 
+@pytest.mark.parametrize("model", MODELS)
 def test_messages_stream_input_json_in_deltas_and_a_cut_call_stops_for_max_tokens(
-    claude: anthropic.Anthropic,
+    claude: anthropic.Anthropic, model: str
 ) -> None:
     fields: Any = {
-        "model": "tiny",
+        "model": model,
         "messages": [{"role": "user", "content": QUESTION}],
         "tools": [MESSAGES_TOOL],
         "tool_choice": {"type": "tool", "name": "get_forecast"},
         "extra_body": {"temperature": 0},
     }
+    if model == LLMAPI:
+        with anthropic_refusal("tool_choice"):
+            claude.messages.create(**fields, max_tokens=LIMIT)
+        with anthropic_refusal("tool_choice"), claude.messages.stream(**fields, max_tokens=LIMIT):
+            pass
+        return
     whole = claude.messages.create(**fields, max_tokens=LIMIT)
     assert whole.stop_reason == "tool_use"
     (call,) = [b for b in whole.content if b.type == "tool_use"]

@@ -6,10 +6,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest, TokenLogprob
 from gateway.errors import EngineError, EngineUnavailableError
 from gateway.text.tokenizer import Tokenizer
+
+# FakeEngine's settings for an engine like TensorRT-LLM's llmapi model: text only (no token ids),
+# no guided decoding, log probabilities or logit bias, BOS added by the model, usage counted from
+# the text, few sampling parameters.
+LLMAPI_LIKE: dict[str, Any] = {
+    "token_ids": False,
+    "guided": False,
+    "logprobs": False,
+    "logit_bias": False,
+    "adds_special_tokens": True,
+    "counts_text": True,
+    "sampling": frozenset({"max_tokens", "temperature", "top_p", "top_k", "seed"}),
+}
 
 
 @dataclass

@@ -17,6 +17,10 @@ import httpx
 
 from deploy.devstack import DevRepository, TritonServer, prepare_dev_repository
 
+# The Triton models `gateway dev --engine` serves: the C++ repository, and a CPU stand-in of
+# TensorRT-LLM's llmapi model (agent tests run over both).
+DEV_ENGINES = ("cpp", "llmapi")
+
 
 def free_port() -> int:
     with socket.socket() as s:

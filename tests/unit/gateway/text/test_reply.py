@@ -129,6 +129,32 @@ def test_without_ids_the_thinking_is_counted_by_encoding_it(agent: Tokenizer) ->
     assert empty.reasoning_tokens == 0
 
 
+def test_thinking_counted_from_text_never_exceeds_the_replys_own_count() -> None:
+    fmt = get_format("deepseek_r1")
+    assert fmt is not None
+
+    # Text encoded again can take more tokens than were generated (a random model's byte tokens):
+    # here one per character, where the choice counted 5 (say, max_tokens, the reason length).
+    def counted(completion: int) -> ReplyParser:
+        return ReplyParser(reasoning=fmt.parser(), count_text=len, completion_tokens=lambda: completion)
+
+    all_thinking = counted(5)
+    assert parse_reply(all_thinking, "a long thought").content == ""
+    # All of the reply was thinking: all of its tokens are, however the text encodes again.
+    assert all_thinking.reasoning_tokens == 5
+    assert counted(40).reasoning_tokens == 0  # nothing fed, nothing thought
+    whole = counted(40)
+    parse_reply(whole, "a long thought")
+    assert whole.reasoning_tokens == 40
+    # With an answer, the thinking's own count, never above the reply's.
+    split = counted(5)
+    parse_reply(split, "a long thought</think>Answer")
+    assert split.reasoning_tokens == 5
+    roomy = counted(40)
+    parse_reply(roomy, "a long thought</think>Answer")
+    assert roomy.reasoning_tokens == len("a long thought")
+
+
 def test_a_harmony_tool_parser_reads_replies_with_the_channel_parser() -> None:
     from gateway.text.reasoning import get_format
     from gateway.text.reply import reasoning_format_of
