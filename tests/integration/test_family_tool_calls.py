@@ -460,6 +460,25 @@ def test_a_mistral_conversation_goes_back_through_its_own_template_with_any_clie
             model="mistral", messages=history, tools=TOOLS, temperature=0, max_tokens=2
         )
         assert reply.usage is not None and reply.usage.prompt_tokens == len(expected), handed_back
+        if handed_back == clients:
+            # The Responses API: the same conversation as items, the client's call_id cut the same way.
+            response = sdk.responses.create(
+                model="mistral",
+                input=[
+                    *USER,
+                    {
+                        "type": "function_call",
+                        "call_id": clients,
+                        "name": "get_weather",
+                        "arguments": call.function.arguments,
+                    },
+                    {"type": "function_call_output", "call_id": clients, "output": RESULT},
+                ],
+                tools=RESPONSES_TOOLS,
+                temperature=0,
+                max_output_tokens=16,
+            )
+            assert response.usage is not None and response.usage.input_tokens == len(expected)
     with pytest.raises(openai.BadRequestError) as refused:
         sdk.chat.completions.create(
             model="mistral", messages=_history("call_1", "{}"), tools=TOOLS, max_tokens=2
