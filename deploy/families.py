@@ -167,10 +167,12 @@ class Family:
     # Special tokens a later release of the family named (id -> name) where the package has the
     # earlier release's reserved names; the ids and everything else stay as shipped.
     renamed_tokens: Mapping[int, str] = field(default_factory=dict)
+    # The package's name for the family where it names a particular model of it (None: `name`).
+    package_family: str | None = None
 
     @property
     def package(self) -> str:
-        return f"{NPM_SCOPE}/tokenizer-{self.name}"
+        return f"{NPM_SCOPE}/tokenizer-{self.package_family or self.name}"
 
 
 # Sliding-window layers see the whole context at test lengths, as in a model's early tokens.
@@ -240,6 +242,16 @@ FAMILIES: Final[dict[str, Family]] = {
         ("<end_of_turn>", "<eos>"),
         {"sliding_window": _WINDOW, "layer_types": ["sliding_attention", "full_attention"]},
         byte_fallback=True,
+    ),
+    "mistral": Family(
+        "mistral",
+        "ea8db1c999d5af8dd98943348a16e23d6b5d28629992eecbf4bc64c506b2a7b2",
+        "mistral",
+        ("</s>",),
+        {"rope_theta": 1000000.0, "sliding_window": None},
+        # Mistral-Nemo's tekken vocabulary (byte-level BPE, 131072 ids; the control tokens [INST],
+        # [TOOL_CALLS], [AVAILABLE_TOOLS], [TOOL_RESULTS] are special) and its chat template.
+        package_family="mistral_nemo",
     ),
     "llama2": Family(
         "llama2",

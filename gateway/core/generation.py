@@ -42,8 +42,8 @@ from gateway.ratelimit import current_quota
 from gateway.text.reasoning import ReasoningFormat
 from gateway.text.reply import ReplyParser, reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
-from gateway.text.tool_calls import ForcedToolParser, StreamingToolParser, new_tool_call_id
-from gateway.text.tool_calls.registry import needs_special_tokens
+from gateway.text.tool_calls import ForcedToolParser, StreamingToolParser
+from gateway.text.tool_calls.registry import call_id_maker, needs_special_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -103,9 +103,12 @@ class PreparedRequest:
     def choices(self) -> list[ChoiceState]:
         return [c for g in self.generations for c in g.choices]
 
-    def reply_parsers(self, make_id: Callable[[], str] = new_tool_call_id) -> dict[int, ReplyParser]:
+    def reply_parsers(self, make_id: Callable[[], str] | None = None) -> dict[int, ReplyParser]:
         """A parser per choice index that splits the reply into thinking, answer and tool calls;
-        empty when the reply is plain content (no reasoning format, no tool format)."""
+        empty when the reply is plain content (no reasoning format, no tool format). Calls are
+        named by `make_id`, or as the tool format names them (`call_id_maker`)."""
+        if make_id is None:
+            make_id = call_id_maker(self.tool_format)
         parsers: dict[int, ReplyParser] = {}
         tokenizer = self.runtime.tokenizer
         for generation in self.generations:

@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.core.models import ModelRuntime
 from gateway.text.tokenizer import Tokenizer
+from gateway.text.tool_calls.registry import template_call_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +30,12 @@ class Prompt:
 def raw_prompt(runtime: ModelRuntime, text: str) -> Prompt:
     """A completions prompt: special tokens as the model's setting says (the tokenizer's default)."""
     return Prompt(text, runtime.config.add_special_tokens)
+
+
+def template_messages(runtime: ModelRuntime, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A conversation as the model's chat template takes it: call ids handed back in the form its
+    tool format's template takes (Mistral's 9 characters; a client's `call_...` ids cut to fit)."""
+    return template_call_ids(runtime.config.tool_parser, messages)
 
 
 def chat_prompt(runtime: ModelRuntime, rendered: str) -> Prompt:

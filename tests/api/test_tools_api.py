@@ -11,6 +11,7 @@ import pytest
 from tests.api.conftest import MakeClient
 from tests.api.test_chat_api import chunks_of
 from tests.api.test_errors_api import assert_error
+from tests.support.anthropic_errors import assert_error as assert_anthropic_error
 from tests.support.openai_schema import validate
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -44,7 +45,7 @@ async def test_json_schema_response_format_reaches_the_engine_as_a_guide(make_cl
     assert engine.requests[1].guide == ("json", "")
 
 
-async def test_structured_outputs_reach_the_engine_as_a_guide_on_chat_and_responses(
+async def test_structured_outputs_reach_the_engine_as_a_guide_on_chat_responses_and_messages(
     make_client: MakeClient,
 ) -> None:
     client, engine = await make_client(reply=lambda req, i: "yes")
@@ -55,7 +56,15 @@ async def test_structured_outputs_reach_the_engine_as_a_guide_on_chat_and_respon
     assert r.status_code == 200, r.text
     r = await client.post("/v1/responses", json={"model": "tiny", "input": USER, "structured_outputs": spec})
     assert r.status_code == 200, r.text
-    assert [req.guide for req in engine.requests] == [("regex", "yes|no"), ("regex", "yes|no")]
+    messages = {"model": "tiny", "max_tokens": 8, "messages": USER, "structured_outputs": spec}
+    r = await client.post("/v1/messages", json=messages)
+    assert r.status_code == 200, r.text
+    assert r.json()["content"] == [{"type": "text", "text": "yes"}]
+    # A field the Messages API takes, not one it ignores.
+    assert "x-gateway-ignored-fields" not in r.headers
+    assert [req.guide for req in engine.requests] == [("regex", "yes|no")] * 3
+    r = await client.post("/v1/messages", json={**messages, "structured_outputs": {"regex": ""}})
+    assert_anthropic_error(r, 400, "invalid_request_error", message="structured_outputs.regex")
     r = await client.post(
         "/v1/chat/completions", json={"model": "tiny", "messages": USER, "structured_outputs": {"regex": ""}}
     )

@@ -231,12 +231,72 @@ def _chat(base: str, model: str, *, stream: bool, **extra: Any) -> tuple[str, st
     return text, finish, entries
 
 
+def _stopped(base: str, api: str, model: str, *, stream: bool, stop: str) -> tuple[str, Any]:
+    """(text, how the API says the reply ended) of one greedy request with one stop string."""
+    extra: dict[str, Any] = {"stop_sequences": [stop]} if api == "messages" else {"stop": [stop]}
+    path, body = {
+        "chat": ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": MAX_TOKENS}),
+        "completions": ("/v1/completions", {"prompt": RAW_PROMPT, "max_tokens": MAX_TOKENS}),
+        "responses": ("/v1/responses", {"input": MESSAGES[0]["content"], "max_output_tokens": MAX_TOKENS}),
+        "messages": ("/v1/messages", {"messages": MESSAGES, "max_tokens": MAX_TOKENS}),
+    }[api]
+    body = {"model": model, "temperature": 0, "stream": stream, **body, **extra}
+    if not stream:
+        r = httpx.post(base + path, json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        data = r.json()
+        if api == "messages":
+            text = "".join(b["text"] for b in data["content"] if b["type"] == "text")
+            return text, (data["stop_reason"], data["stop_sequence"])
+        if api == "responses":
+            return _whole(api, data)[0], (data["status"], data["incomplete_details"])
+        choice = data["choices"][0]
+        text = (choice["message"]["content"] or "") if api == "chat" else choice["text"]
+        return text, choice["finish_reason"]
+    with httpx.stream("POST", base + path, json=body, timeout=120) as r:
+        assert r.status_code == 200
+        events = _sse(r)
+    if api == "responses":
+        text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        done = next(e for e in events if e["type"] in ("response.completed", "response.incomplete"))
+        return text, (done["response"]["status"], done["response"]["incomplete_details"])
+    if api == "messages":
+        text = "".join(
+            e["delta"]["text"]
+            for e in events
+            if e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta"
+        )
+        end = [e for e in events if e["type"] == "message_delta"][-1]["delta"]
+        return text, (end["stop_reason"], end["stop_sequence"])
+    text = "".join(
+        (c["delta"].get("content") or "") if api == "chat" else c["text"]
+        for e in events
+        for c in e["choices"]
+    )
+    finish = [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]]
+    return text, finish[-1]
+
+
+# How each API says a stop string ended the reply.
+STOPPED: dict[str, Any] = {
+    "chat": lambda stop: "stop",
+    "completions": lambda stop: "stop",
+    "responses": lambda stop: ("completed", None),
+    "messages": lambda stop: ("stop_sequence", stop),
+}
+
+
+@pytest.mark.parametrize("api", list(STOPPED))
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_stop_strings_cut_exactly_and_logprob_bytes_are_the_content(
-    family: str, gateway: GatewayProcess, triton_stack: TritonStack
+def test_stop_strings_cut_exactly(
+    family: str, api: str, gateway: GatewayProcess, triton_stack: TritonStack
 ) -> None:
     ref = reference(triton_stack, family)
-    expected = ref.generate(ref.chat_ids(MESSAGES)).text
+    expected = (
+        ref.generate(ref.tokenizer.encode(RAW_PROMPT))
+        if api == "completions"
+        else ref.generate(ref.chat_ids(MESSAGES))
+    ).text
     # A stop string from the middle of the answer, where it first occurs: the text ends before it.
     at = max(1, len(expected) // 2)
     stop = expected[at : at + 2]
@@ -244,8 +304,16 @@ def test_stop_strings_cut_exactly_and_logprob_bytes_are_the_content(
     for route in family_routes(triton_stack, family):
         model = f"{family}-{route}"
         for stream in (False, True):
-            text, finish, _ = _chat(gateway.base_url, model, stream=stream, stop=[stop])
-            assert (text, finish) == (expected[:at], "stop"), (model, stream, stop)
+            got = _stopped(gateway.base_url, api, model, stream=stream, stop=stop)
+            assert got == (expected[:at], STOPPED[api](stop)), (model, stream, stop)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_logprob_bytes_are_the_content(
+    family: str, gateway: GatewayProcess, triton_stack: TritonStack
+) -> None:
+    ref = reference(triton_stack, family)
+    expected = ref.generate(ref.chat_ids(MESSAGES)).text
     for stream in (False, True):
         # The first token's bytes included: where the text drops a SentencePiece answer's leading
         # space, its log probability's bytes drop it too.

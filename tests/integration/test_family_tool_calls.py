@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -76,6 +77,8 @@ MARKERS = (
     "<|eom_id|>",
     "<|im_end|>",
     "<｜end▁of▁sentence｜>",
+    "[TOOL_CALLS]",
+    "[/INST]",
 )
 
 
@@ -103,6 +106,8 @@ def gateway(triton_stack: TritonStack, tmp_path_factory: pytest.TempPathFactory)
             reasoning_parser="deepseek_r1",
             chat_template=str(TEMPLATES / "deepseek_v3_tools.jinja"),
         ),
+        # Mistral-Nemo's own template (it renders tools and calls, and takes 9-character ids only).
+        family_model_spec(triton_stack, "mistral", name="mistral", tool_parser="mistral"),
         family_model_spec(
             triton_stack,
             "llama3_1",
@@ -181,6 +186,9 @@ def streamed_chat(
     return content, reasoning, calls, finish
 
 
+# Mistral-Nemo's calls: the control token, then a JSON array of {"name", "arguments"}.
+MISTRAL_CALL = '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]'
+
 STEERED = [
     pytest.param(
         "qwen3",
@@ -232,6 +240,16 @@ STEERED = [
         None,
         "Checking the weather",
         id="deepseek_v3",
+    ),
+    pytest.param(
+        "mistral",
+        "mistral",
+        {},
+        MISTRAL_CALL,
+        ("[TOOL_CALLS]",),
+        None,
+        None,
+        id="mistral",
     ),
 ]
 
@@ -321,6 +339,176 @@ def test_a_familys_own_call_text_is_a_tool_call_whole_and_streamed(
         (i.name, i.arguments) for i in response.output if i.type == "function_call"
     ]
     assert "".join(deltas) == calls_out[0].arguments
+
+
+@pytest.mark.parametrize(("family", "model", "extra", "text", "markers", "reasoning", "content"), STEERED)
+def test_a_familys_own_call_text_is_a_tool_use_block_through_the_messages_api(
+    claude: anthropic.Anthropic,
+    family: str,
+    model: str,
+    extra: dict[str, Any],
+    text: str,
+    markers: tuple[str, ...],
+    reasoning: str | None,
+    content: str | None,
+) -> None:
+    """The same replies through the anthropic SDK, steered by the same regex (`structured_outputs`,
+    vLLM's extension, taken here as on chat completions): a tool_use block with the call's input,
+    its input_json_delta pieces concatenating to it, thinking where the reply thinks, no markers."""
+    request: dict[str, Any] = {
+        "model": model,
+        "max_tokens": 160,
+        "messages": USER,
+        "tools": MESSAGES_TOOLS,
+        "extra_body": {"structured_outputs": {"regex": regex_literal(text)}, "temperature": 0},
+    }
+    if extra:
+        # Qwen3's thinking off, in Anthropic's words.
+        request["thinking"] = {"type": "disabled"}
+    message = claude.messages.create(**request)
+    assert message.stop_reason == "tool_use", message
+    assert [(b.name, b.input) for b in message.content if b.type == "tool_use"] == [("get_weather", PARIS)]
+    said = "".join(b.text for b in message.content if b.type == "text")
+    thought = "".join(b.thinking for b in message.content if b.type == "thinking")
+    assert (said or None, thought or None) == (content, reasoning)
+    assert_clean(said, thought)
+    # Thinking first, then the text, then the call, as the model wrote them.
+    order = [b.type for b in message.content]
+    assert order == sorted(order, key=["thinking", "text", "tool_use"].index)
+
+    with claude.messages.stream(**request) as stream:
+        deltas = [e.delta for e in stream if e.type == "content_block_delta"]
+        final = stream.get_final_message()
+    partial = [d.partial_json for d in deltas if d.type == "input_json_delta"]
+    assert json.loads("".join(partial)) == PARIS
+    if model != "qwen3-coder":
+        # JSON arguments stream as the model writes them.
+        assert len(partial) > 1
+    streamed_thought = "".join(d.thinking for d in deltas if d.type == "thinking_delta")
+    streamed_text = "".join(d.text for d in deltas if d.type == "text_delta")
+    assert (streamed_text or None, streamed_thought or None) == (content, reasoning)
+    assert final.stop_reason == "tool_use"
+    assert [(b.type, getattr(b, "input", None)) for b in final.content] == [
+        (b.type, getattr(b, "input", None)) for b in message.content
+    ]
+
+
+RESULT = '{"forecast": "sunny"}'
+
+
+def _history(call_id: str, arguments: Any) -> list[dict[str, Any]]:
+    """The conversation after a call: the call as the client hands it back, then its result."""
+    return [
+        *USER,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call_id, "content": RESULT},
+    ]
+
+
+def test_a_mistral_conversation_goes_back_through_its_own_template_with_any_clients_ids(
+    sdk: openai.OpenAI, claude: anthropic.Anthropic, gateway: GatewayProcess, triton_stack: TritonStack
+) -> None:
+    """Mistral's template takes call ids of 9 characters and nothing else. The gateway names
+    Mistral's calls as vLLM does (9 letters and digits), and a longer id handed back (the openai
+    SDK's and Codex's `call_...`, Claude Code's `toolu_...`) goes to the template cut to its last 9,
+    as vLLM cuts it; an id too short to cut is the template's own refusal, a 400."""
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(str(triton_stack.models["family_mistral"].tokenizer_dir))
+    steered: dict[str, Any] = {
+        "model": "mistral",
+        "messages": USER,
+        "tools": TOOLS,
+        "temperature": 0,
+        "max_tokens": 64,
+        "logit_bias": marker_bias(triton_stack, "mistral", ("[TOOL_CALLS]",)),
+        "extra_body": {"structured_outputs": {"regex": regex_literal(MISTRAL_CALL)}},
+    }
+    (call,) = sdk.chat.completions.create(**steered).choices[0].message.tool_calls or ()
+    assert len(call.id) == 9 and call.id.isalnum(), call.id
+    _, _, streamed, _ = streamed_chat(sdk, **steered)
+    assert list(streamed) == [0]
+    clients = "call_" + "Xy7" * 8
+    for handed_back in (call.id, clients):
+        history = _history(handed_back, call.function.arguments)
+        # The template's own rendering of the conversation, the id cut as vLLM cuts it.
+        expected = reference.apply_chat_template(
+            _history(handed_back[-9:], json.loads(call.function.arguments)),
+            tools=TOOLS,
+            add_generation_prompt=True,
+            tokenize=True,
+        )
+        expected = list(expected["input_ids"] if hasattr(expected, "keys") else expected)
+        shown = httpx.post(
+            gateway.base_url + "/tokenize",
+            json={"model": "mistral", "messages": history, "tools": TOOLS},
+            timeout=60,
+        )
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["tokens"] == expected, handed_back
+        reply = sdk.chat.completions.create(
+            model="mistral", messages=history, tools=TOOLS, temperature=0, max_tokens=2
+        )
+        assert reply.usage is not None and reply.usage.prompt_tokens == len(expected), handed_back
+        if handed_back == clients:
+            # The Responses API: the same conversation as items, the client's call_id cut the same way.
+            response = sdk.responses.create(
+                model="mistral",
+                input=[
+                    *USER,
+                    {
+                        "type": "function_call",
+                        "call_id": clients,
+                        "name": "get_weather",
+                        "arguments": call.function.arguments,
+                    },
+                    {"type": "function_call_output", "call_id": clients, "output": RESULT},
+                ],
+                tools=RESPONSES_TOOLS,
+                temperature=0,
+                max_output_tokens=16,
+            )
+            assert response.usage is not None and response.usage.input_tokens == len(expected)
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.chat.completions.create(
+            model="mistral", messages=_history("call_1", "{}"), tools=TOOLS, max_tokens=2
+        )
+    assert "Tool call IDs should be alphanumeric strings with length 9!" in str(refused.value)
+
+    # The Messages API: Anthropic-shaped ids handed back, cut the same way.
+    use = "toolu_" + "Ab1" * 8
+    expected = reference.apply_chat_template(
+        _history(use[-9:], PARIS), tools=TOOLS, add_generation_prompt=True, tokenize=True
+    )
+    expected = list(expected["input_ids"] if hasattr(expected, "keys") else expected)
+    reply = claude.messages.create(
+        model="mistral",
+        max_tokens=2,
+        messages=[
+            *USER,
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": use, "name": "get_weather", "input": PARIS}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use, "content": RESULT}],
+            },
+        ],
+        tools=MESSAGES_TOOLS,
+        extra_body={"temperature": 0},
+    )
+    assert reply.usage.input_tokens + (reply.usage.cache_read_input_tokens or 0) == len(expected)
 
 
 LLAMA_CALL_SCHEMA: Any = {

@@ -33,7 +33,7 @@ from gateway.core.generation import (
     stream_failure,
 )
 from gateway.core.output import plan_output
-from gateway.core.prompt import chat_prompt, template_arguments
+from gateway.core.prompt import chat_prompt, template_arguments, template_messages
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError
@@ -66,7 +66,7 @@ class ChatCompletionsService(GenerationService):
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
         )
-        messages = [_template_message(m, i) for i, m in enumerate(body.messages)]
+        messages = template_messages(runtime, [_template_message(m, i) for i, m in enumerate(body.messages)])
         template_kwargs = dict(body.chat_template_kwargs or {})
         for key, value in effort_template_kwargs(body.reasoning_effort).items():
             # The client's chat_template_kwargs say it more precisely, if they say it.

@@ -222,6 +222,9 @@ class MessageCreateRequest(MessageCountTokensRequest):
     # taken as on the OpenAI endpoints (lower is more urgent) and winning over `service_tier`.
     service_tier: str | None = None
     priority: Annotated[int, Field(ge=-(2**31), le=2**31 - 1)] | None = None
+    # vLLM's guided decoding beyond `output_config.format`, as chat completions take it: one of
+    # `json`, `regex`, `choice`, `grammar`.
+    structured_outputs: dict[str, Any] | None = None
 
     def admission_priority(self, default: int) -> int:
         """Which requests go first when the gateway's admission queue is full."""

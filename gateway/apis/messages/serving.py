@@ -9,6 +9,7 @@ import string
 import uuid
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import Any
 
 from gateway import tracing
 from gateway.apis.messages import errors
@@ -32,7 +33,7 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
-from gateway.core.prompt import Prompt, chat_prompt
+from gateway.core.prompt import Prompt, chat_prompt, template_messages
 from gateway.engine import SamplingParams
 from gateway.logs import current_request
 
@@ -67,20 +68,24 @@ class PreparedMessage:
 
 
 class MessagesService(GenerationService):
-    async def _render(self, runtime: ModelRuntime, chat: ChatPrompt) -> tuple[Prompt, OutputPlan]:
+    async def _render(
+        self, runtime: ModelRuntime, chat: ChatPrompt, structured_outputs: dict[str, Any] | None = None
+    ) -> tuple[Prompt, OutputPlan]:
         plan = plan_output(
             tools=chat.tools,
             tool_choice=chat.tool_choice,
             parallel_tool_calls=chat.parallel_tool_calls,
             response_format=chat.response_format,
+            structured_outputs=structured_outputs,
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
         )
         kwargs = chat.template_kwargs()
         if plan.template_tools is not None:
             kwargs["tools"] = plan.template_tools
+        messages = template_messages(runtime, chat.messages)
         with tracing.span("tokenize", model=runtime.name):
-            rendered = await runtime.tokenizer.render_chat(chat.messages, **kwargs)
+            rendered = await runtime.tokenizer.render_chat(messages, **kwargs)
             return chat_prompt(runtime, rendered), plan
 
     async def prepare(
@@ -96,7 +101,7 @@ class MessagesService(GenerationService):
         _note_ignored(body.model_extra)
         chat = to_chat(body, max_tokens=body.max_tokens)
         stops = v.stop_strings(body.stop_sequences, self._limits)
-        prompt, plan = await self._render(runtime, chat)
+        prompt, plan = await self._render(runtime, chat, body.structured_outputs)
         ids, max_tokens = await self._budget(runtime, prompt, body.max_tokens)
         message_id = new_message_id()
         # Without a temperature the engine's own defaults sample; a fresh seed keeps TensorRT-LLM

@@ -41,7 +41,7 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
-from gateway.core.prompt import Prompt, chat_prompt
+from gateway.core.prompt import Prompt, chat_prompt, template_messages
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.core.validation import (
     RequestLimits,
@@ -257,7 +257,9 @@ class ResponsesService(GenerationService):
             template_kwargs.update(effort_template_kwargs(body.reasoning.effort))
 
         def messages(kept: Sequence[InputItem]) -> list[dict[str, Any]]:
-            return it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
+            return template_messages(
+                runtime, it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
+            )
 
         budget_args: dict[str, Any] = {
             "requested": requested,

@@ -13,7 +13,7 @@ from gateway.apis.tokenize.protocol import (
 )
 from gateway.core.generation import GenerationService
 from gateway.core.models import ModelRuntime
-from gateway.core.prompt import Prompt, chat_prompt, raw_prompt, template_arguments
+from gateway.core.prompt import Prompt, chat_prompt, raw_prompt, template_arguments, template_messages
 from gateway.errors import InvalidRequestError
 
 
@@ -37,7 +37,10 @@ class TokenizeService(GenerationService):
             kwargs: dict[str, Any] = dict(body.chat_template_kwargs or {})
             if body.tools is not None:
                 kwargs["tools"] = body.tools
-            messages = [_template_message(m, i) for i, m in enumerate(body.messages)]
+            # Call ids handed back in the form the template takes, as a chat request renders them.
+            messages = template_messages(
+                runtime, [_template_message(m, i) for i, m in enumerate(body.messages)]
+            )
             rendered = tokenizer.apply_chat_template(
                 messages, add_generation_prompt=body.add_generation_prompt, **kwargs
             )

@@ -443,6 +443,23 @@ class ToolCallFormat:
     # (opener, the declared tools' names or None for any, each declared tool's parameters schema)
     # -> the region that reads one stretch of calls.
     region: Callable[[str, Collection[str] | None, Mapping[str, Any]], Region]
+    # The length of the call ids the family's template takes back (Mistral's: 9 letters and digits),
+    # or None for any id.
+    call_id_length: int | None = None
+
+    def new_call_id(self) -> str:
+        """An id for a call the model wrote: OpenAI's shape, or the template's own length."""
+        if self.call_id_length is None:
+            return new_tool_call_id()
+        return "".join(secrets.choice(_ID_ALPHABET) for _ in range(self.call_id_length))
+
+    def template_call_id(self, call_id: str) -> str:
+        """The id the template is given for a call handed back: a longer one (``call_...``,
+        ``toolu_...``) cut to its last `call_id_length` characters, as vLLM cuts Mistral's; one
+        that is too short goes as it is, for the template to refuse in its own words."""
+        if self.call_id_length is None or len(call_id) <= self.call_id_length:
+            return call_id
+        return call_id[-self.call_id_length :]
 
 
 def is_partial_marker(rest: str, marker: str) -> bool:

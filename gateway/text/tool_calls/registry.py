@@ -4,11 +4,11 @@ vLLM's (`--tool-call-parser`), so a vLLM deployment's flags carry over."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Final
+from collections.abc import Callable, Collection
+from typing import Any, Final
 
 from gateway.errors import ServerConfigError
-from gateway.text.tool_calls.base import ToolCallFormat
+from gateway.text.tool_calls.base import ToolCallFormat, new_tool_call_id
 from gateway.text.tool_calls.formats import deepseek_v3, hermes, json, llama3_json, mistral, qwen3_coder
 
 _BY_NAME: Final[dict[str, ToolCallFormat]] = {
@@ -57,3 +57,35 @@ def needs_special_tokens(name: str, skipped: Collection[str]) -> bool:
     ``<|python_tag|>``, Mistral's ``[TOOL_CALLS]``; Qwen's and DeepSeek's are ordinary added tokens)."""
     fmt = get_format(name)
     return fmt is not None and any(marker in skipped for marker in fmt.markers)
+
+
+def call_id_maker(name: str) -> Callable[[], str]:
+    """How the gateway names the calls a model with format `name` writes (vLLM's ids for the same
+    format: OpenAI's shape, Mistral's 9 letters and digits)."""
+    fmt = get_format(name) if name in FORMATS else None
+    return fmt.new_call_id if fmt is not None else new_tool_call_id
+
+
+def template_call_ids(name: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with the call ids handed back (assistant `tool_calls[].id`, a tool turn's
+    `tool_call_id`) in the form the format's template takes (`ToolCallFormat.template_call_id`)."""
+    fmt = get_format(name) if name in FORMATS else None
+    if fmt is None or fmt.call_id_length is None:
+        return messages
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        result = message.get("tool_call_id")
+        if not calls and not isinstance(result, str):
+            out.append(message)
+            continue
+        message = dict(message)
+        if calls:
+            message["tool_calls"] = [
+                {**call, "id": fmt.template_call_id(call["id"])} if isinstance(call.get("id"), str) else call
+                for call in calls
+            ]
+        if isinstance(result, str):
+            message["tool_call_id"] = fmt.template_call_id(result)
+        out.append(message)
+    return out

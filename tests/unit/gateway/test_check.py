@@ -143,6 +143,12 @@ def test_the_report_names_the_parsers_a_models_files_fit_and_warns_of_a_missing_
     assert (fitting.notes, fitting.warnings) == ((), ())
     other = report(configured.model_copy(update={"tool_parser": "mistral"}), engine_route, None, qwen3)
     assert other.warnings == ("tool_parser=mistral is set; its chat template and special tokens fit hermes",)
+    # Mistral-Nemo's files: the [TOOL_CALLS] control token and a template that renders tools.
+    mistral_dir = build_family_model("mistral")
+    mistral = report(ServedModel(name="m", tokenizer=mistral_dir), engine_route, None, Tokenizer(mistral_dir))
+    assert mistral.notes == ("its chat template and special tokens fit tool_parser=mistral (not set)",)
+    (missing,) = mistral.warnings
+    assert "renders tools but no tool_parser is set" in missing and "tool_parser=mistral" in missing
     # A tokenizer that adds BOS and a template that does not write it: the text route cannot send
     # the template's own prompt.
     sp = Tokenizer(tiny_metaspace_dir)

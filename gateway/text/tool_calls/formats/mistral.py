@@ -116,4 +116,5 @@ def _region(opener: str, names: Collection[str] | None, parameters: Mapping[str,
     return MistralRegion(names)
 
 
-FORMAT = ToolCallFormat("mistral", (_MISTRAL_MARKER,), "", None, _region)
+# Mistral's templates (and its API) take only ids of 9 letters and digits.
+FORMAT = ToolCallFormat("mistral", (_MISTRAL_MARKER,), "", None, _region, call_id_length=9)

@@ -19,6 +19,8 @@ from tests.unit.gateway.text.test_family_templates import tokenizer as tool_temp
         ("deepseek_v3", ("deepseek_v3", None)),
         ("deepseek_r1", ("deepseek_v3", "deepseek_r1")),
         ("gptoss", ("openai", "gpt_oss")),
+        # Mistral-Nemo's [TOOL_CALLS] control token.
+        ("mistral", ("mistral", None)),
         # Llama 3's package template renders no tools: nothing to parse calls of.
         ("llama3_1", (None, None)),
         ("gemma3", (None, None)),
