@@ -13,6 +13,7 @@ from gateway.text.reasoning import (
     parse_reasoning,
 )
 from gateway.text.tool_calls import ContentDelta, JsonScanner, ToolCall, ToolCallArguments, ToolCallStart
+from tests.unit.gateway.text.family_replies import harmony_encoding
 from tests.unit.gateway.text.reasoning.toy import MARKER_IDS, Counter, format_named, ids_of, tokenize
 
 ANALYSIS = "<|channel|>analysis<|message|>The user wants the weather. Call the tool.<|end|>"
@@ -22,9 +23,20 @@ FINAL = "<|channel|>final<|message|>It is sunny in Paris.<|return|>"
 THOUGHT = "The user wants the weather. Call the tool."
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _loaded() -> None:
+    # The encoding loads once (a second or so), before hypothesis times its examples.
+    harmony_encoding()
+
+
 def parse(text: str) -> ReasoningOutput:
     return parse_reasoning(
-        text, "gpt_oss", token_ids=ids_of(tokenize(text)), marker_ids=MARKER_IDS, make_id=Counter()
+        text,
+        "gpt_oss",
+        token_ids=ids_of(tokenize(text)),
+        marker_ids=MARKER_IDS,
+        make_id=Counter(),
+        encoding=harmony_encoding(),
     )
 
 
@@ -120,7 +132,9 @@ def test_channels_go_to_reasoning_content_and_tool_calls(text: str, expected: Re
 
 
 def test_a_tool_call_is_announced_at_its_header_and_its_arguments_stream() -> None:
-    parser = format_named("gpt_oss").parser(marker_ids=MARKER_IDS, make_id=Counter())
+    parser = format_named("gpt_oss").parser(
+        marker_ids=MARKER_IDS, make_id=Counter(), encoding=harmony_encoding()
+    )
     steps = [
         "<|channel|>analysis<|message|>Need weather",
         ".<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather",
@@ -168,7 +182,9 @@ def normalized(events: list[ReasoningEvent]) -> list[tuple[str, object]]:
 
 def stream(text: str, cuts: list[int]) -> tuple[list[ReasoningEvent], int]:
     tokens = tokenize(text)
-    parser = format_named("gpt_oss").parser(marker_ids=MARKER_IDS, make_id=Counter())
+    parser = format_named("gpt_oss").parser(
+        marker_ids=MARKER_IDS, make_id=Counter(), encoding=harmony_encoding()
+    )
     events: list[ReasoningEvent] = []
     start = 0
     for end in [*sorted(set(cuts)), len(tokens)]:
