@@ -77,6 +77,21 @@ def test_the_format_keeps_special_tokens_and_names_its_markers() -> None:
             id="recipient-after-the-role",
         ),
         pytest.param(
+            ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Oslo"}<|call|>',
+            ReasoningOutput(None, "", (weather('{"city":"Oslo"}'),), 0),
+            id="recipient-right-after-the-prompts-role",
+        ),
+        pytest.param(
+            "<|channel|><|message|>Header without a channel name.<|end|>" + NEXT + FINAL,
+            ReasoningOutput(None, "Header without a channel name.\nIt is sunny in Paris.", (), 0),
+            id="a-header-the-library-cannot-read-makes-its-body-content",
+        ),
+        pytest.param(
+            ANALYSIS + NEXT + "<|channel|>final<|message|>Left open" + NEXT + FINAL,
+            ReasoningOutput(THOUGHT, "Left open\nIt is sunny in Paris.", (), len(THOUGHT)),
+            id="a-body-left-open-ends-at-the-next-header",
+        ),
+        pytest.param(
             "<|channel|>commentary<|message|>Checking the weather.<|end|>" + NEXT + CALL,
             ReasoningOutput(None, "Checking the weather.", (weather(),), 0),
             id="preamble-is-content",
