@@ -97,37 +97,64 @@ def load_encoding(tokenizer_dir: str | Path, cache_dir: str | Path) -> Any:
 
 @functools.cache
 def _load(tokenizer_dir: Path, cache_dir: Path) -> Any:
-    import openai_harmony
-
     source = tokenizer_dir / "tokenizer.json"
     try:
         raw = source.read_bytes()
-        data = json.loads(raw)
-    except (OSError, ValueError):
+    except OSError:
         raise _refusal(tokenizer_dir, "has no readable tokenizer.json") from None
-    # Keyed by the tokenizer file, so a cached vocabulary is only ever the one this file gives.
+    # Keyed by the tokenizer file: a cached vocabulary is only ever the one this file gave, and it
+    # is kept only once every check below passed, so a cached one needs no reading of the file.
     folder = cache_dir / "harmony" / hashlib.sha256(raw).hexdigest()[:32]
     cached = folder / TIKTOKEN_FILE
-    if not cached.is_file():
-        try:
-            ranks = tiktoken_ranks(data)
-        except ValueError as exc:
-            raise _refusal(tokenizer_dir, f"is {exc}") from None
-        if hashlib.sha256(ranks).hexdigest() != O200K_BASE_SHA256:
-            raise _refusal(tokenizer_dir, "has another vocabulary")
+    if cached.is_file():
+        return _load_from(folder, tokenizer_dir)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise _refusal(tokenizer_dir, "has no readable tokenizer.json") from None
+    try:
+        ranks = tiktoken_ranks(data)
+    except ValueError as exc:
+        raise _refusal(tokenizer_dir, f"is {exc}") from None
+    if hashlib.sha256(ranks).hexdigest() != O200K_BASE_SHA256:
+        raise _refusal(tokenizer_dir, "has another vocabulary")
+    try:
         folder.mkdir(parents=True, exist_ok=True)
-        # Written whole then renamed: a gateway starting beside this one never reads half a file.
-        with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".part") as part:
-            part.write(ranks)
-        os.replace(part.name, cached)
-        logger.info("harmony vocabulary written to %s", cached)
+        return _keep(folder, ranks, data, tokenizer_dir)
+    except OSError as exc:
+        raise ServerConfigError(
+            f"cannot keep the harmony vocabulary under {cache_dir} (set --state-dir): {exc.strerror or exc}",
+            code="harmony_cache_unwritable",
+        ) from None
+
+
+def _keep(folder: Path, ranks: bytes, data: Any, tokenizer_dir: Path) -> Any:
+    """Load the encoding from `ranks`, check the model's marker ids against it, and only then put
+    the file in place for the next start."""
+    cached = folder / TIKTOKEN_FILE
+    with tempfile.TemporaryDirectory(dir=folder) as staging:
+        (Path(staging) / TIKTOKEN_FILE).write_bytes(ranks)
+        encoding = _load_from(Path(staging), tokenizer_dir)
+        vocab = {t["content"]: t["id"] for t in data.get("added_tokens", ())}
+        for marker in MARKERS:
+            if [vocab.get(marker)] != encoding.encode(
+                marker, allowed_special={marker}, disallowed_special=()
+            ):
+                raise _refusal(tokenizer_dir, f"gives {marker} another id than o200k-harmony does")
+        # Renamed into place whole: a gateway starting beside this one never reads half a file.
+        os.replace(Path(staging) / TIKTOKEN_FILE, cached)
+    logger.info("harmony vocabulary written to %s", cached)
+    return encoding
+
+
+def _load_from(folder: Path, tokenizer_dir: Path) -> Any:
+    import openai_harmony
+
     with _LOADING:
         before = os.environ.get("TIKTOKEN_ENCODINGS_BASE")
         os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(folder)
         try:
-            encoding = openai_harmony.load_harmony_encoding(
-                openai_harmony.HarmonyEncodingName.HARMONY_GPT_OSS
-            )
+            return openai_harmony.load_harmony_encoding(openai_harmony.HarmonyEncodingName.HARMONY_GPT_OSS)
         except Exception as exc:  # the library checks the file's hash: a changed cache file
             raise _refusal(tokenizer_dir, f"could not be loaded by openai-harmony ({exc})") from None
         finally:
@@ -135,8 +162,3 @@ def _load(tokenizer_dir: Path, cache_dir: Path) -> Any:
                 os.environ.pop("TIKTOKEN_ENCODINGS_BASE", None)
             else:
                 os.environ["TIKTOKEN_ENCODINGS_BASE"] = before
-    vocab = {t["content"]: t["id"] for t in data.get("added_tokens", ())}
-    for marker in MARKERS:
-        if [vocab.get(marker)] != encoding.encode(marker, allowed_special={marker}):
-            raise _refusal(tokenizer_dir, f"gives {marker} another id than o200k-harmony does")
-    return encoding

@@ -190,13 +190,22 @@ HARMONY = (
 )
 
 
+@pytest.fixture(scope="module")
+def harmony_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One state folder for the module: the harmony vocabulary is written there once."""
+    return tmp_path_factory.mktemp("harmony_state")
+
+
 @pytest.fixture
-def make_gptoss(make_agent: MakeClient) -> MakeClient:
+def make_gptoss(make_agent: MakeClient, harmony_state: Path) -> MakeClient:
     """A gpt-oss model: harmony's parser reads gpt-oss's own o200k-harmony vocabulary."""
 
     async def factory(**kwargs: Any) -> tuple[httpx.AsyncClient, FakeEngine]:
         return await make_agent(
-            model={"reasoning_parser": "gpt_oss"}, tokenizer_dir=build_family_model("gptoss"), **kwargs
+            model={"reasoning_parser": "gpt_oss"},
+            tokenizer_dir=build_family_model("gptoss"),
+            settings={"state_dir": harmony_state},
+            **kwargs,
         )
 
     return factory  # type: ignore[return-value]
