@@ -136,7 +136,18 @@ GPTOSS_CHAT_TEMPLATE: Final = """\
             {{- ' <|constrain|>json<|message|>' + (args if args is string else args | tojson) + '<|call|>' }}
         {%- endfor %}
     {%- elif message['role'] == 'tool' %}
-        {{- '<|start|>functions.' + (message['name'] or 'tool') + ' to=assistant<|channel|>commentary' }}
+        {#- The function that answers: the result's own name, else its call's (by the call's id). #}
+        {%- set ns = namespace(name=message['name'] or 'tool') %}
+        {%- if not message['name'] %}
+            {%- for earlier in turns if earlier['role'] == 'assistant' %}
+                {%- for call in earlier['tool_calls'] or [] %}
+                    {%- if call['id'] and call['id'] == message['tool_call_id'] %}
+                        {%- set ns.name = call['function']['name'] %}
+                    {%- endif %}
+                {%- endfor %}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|start|>functions.' + ns.name + ' to=assistant<|channel|>commentary' }}
         {{- '<|message|>' + message['content'] + '<|end|>' }}
     {%- else %}
         {{- '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}

@@ -47,8 +47,8 @@ SPECIAL_TOKENS: Final = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, EOT_TOKEN, IM_START_TO
 # Added but not special: they survive skip_special_tokens, like real tool-call markers do.
 TOOL_CALL_TOKENS: Final = ("<tool_call>", "</tool_call>")
 THINK_TOKENS: Final = ("<think>", "</think>")
-# The harmony format's markers (gpt-oss), special as in its tokenizer: a test can steer the agent
-# model into writing harmony channels for the gpt_oss reasoning parser.
+# The harmony format's markers (gpt-oss), special as in its tokenizer: parser detection sees them
+# beside a template of another format (the gpt_oss parser itself needs gpt-oss's own vocabulary).
 HARMONY_TOKENS: Final = (
     "<|start|>",
     "<|channel|>",

@@ -20,7 +20,7 @@ from gateway.apis.openai.errors import install_error_handlers
 from gateway.asyncutil import watch_loop_lag
 from gateway.config import ServedModel, Settings
 from gateway.core.lora import Adapters
-from gateway.core.models import ModelRegistry, ModelRuntime
+from gateway.core.models import ModelRegistry, ModelRuntime, load_reply_encoding
 from gateway.core.readiness import Readiness
 from gateway.core.validation import RequestLimits
 from gateway.engine import Engine
@@ -160,7 +160,10 @@ def create_app(
             tokenizer = loaded.pop(model.name, None) or Tokenizer(
                 model.tokenizer, chat_template_file=model.chat_template
             )
-            runtimes.append(ModelRuntime(model, tokenizer, factory(model), int(time.time())))
+            encoding = load_reply_encoding(model, settings.state_dir)
+            runtimes.append(
+                ModelRuntime(model, tokenizer, factory(model), int(time.time()), reply_encoding=encoding)
+            )
         registry = ModelRegistry(runtimes)
         store = AdapterStore(
             settings.lora_max_bytes, on_load=lambda a: metrics.lora_loads.labels(a.name).inc()

@@ -51,6 +51,7 @@ def check_before_loading(settings: Settings) -> None:
 
 def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
     """Every model's tokenizer (and chat template), before the port is bound."""
+    from gateway.core.models import load_reply_encoding
     from gateway.errors import ServerConfigError
     from gateway.text.tokenizer import Tokenizer
 
@@ -60,6 +61,8 @@ def load_tokenizers(settings: Settings) -> dict[str, Tokenizer]:
     for model in settings.models:
         try:
             loaded[model.name] = Tokenizer(model.tokenizer, chat_template_file=model.chat_template)
+            # The reply format's own encoding (gpt-oss's harmony) is refused here, before the port.
+            load_reply_encoding(model, settings.state_dir)
         except ServerConfigError as exc:
             raise StartupError(f"model {model.name!r}: {exc.message}") from None
     return loaded

@@ -131,6 +131,7 @@ class PreparedRequest:
                         prompt=generation.request.prompt_text,
                         marker_ids=fmt.marker_ids(tokenizer.vocab),
                         make_id=make_id,
+                        encoding=self.runtime.reply_encoding,
                     )
                 tools: StreamingToolParser | ForcedToolParser | None = None
                 if self.forced:

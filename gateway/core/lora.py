@@ -121,7 +121,15 @@ def adapter_runtime(
     """The model clients reach by the adapter's name: the base model's tokenizer and settings,
     its engine with the adapter."""
     engine = AdapterEngine(base.engine, adapter, store, metrics)
-    return ModelRuntime(base.config, base.tokenizer, engine, created, adapter=adapter.name, parent=base.name)
+    return ModelRuntime(
+        base.config,
+        base.tokenizer,
+        engine,
+        created,
+        adapter=adapter.name,
+        parent=base.name,
+        reply_encoding=base.reply_encoding,
+    )
 
 
 class Adapters:

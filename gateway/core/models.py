@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from gateway.config import ServedModel
 from gateway.engine import Engine
 from gateway.errors import ModelNotFoundError
 from gateway.logs import current_request
+from gateway.text.reply import reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
 
 
@@ -21,6 +24,9 @@ class ModelRuntime:
     # A LoRA adapter: its name (the model name clients use) and the base model it adapts.
     adapter: str | None = None
     parent: str | None = None
+    # What the model's reasoning format built from its files at start-up (`ReasoningFormat.load`:
+    # harmony's encoding for gpt-oss), handed to each reply parser; None: nothing.
+    reply_encoding: Any = None
 
     @property
     def name(self) -> str:
@@ -36,6 +42,16 @@ class ModelRuntime:
         if self.config.max_model_len is not None:
             return self.config.max_model_len
         return self.tokenizer.info.max_model_len
+
+
+def load_reply_encoding(model: ServedModel, state_dir: Path) -> Any:
+    """What the model's reply format builds from its files (`ReasoningFormat.load`: harmony's
+    encoding for gpt-oss, kept under ``state_dir/cache``), or None; a ServerConfigError for a
+    model the format cannot read. Once at start-up: a load is memoized."""
+    fmt = reasoning_format_of(model.reasoning_parser, model.tool_parser)
+    if fmt is None or fmt.load is None:
+        return None
+    return fmt.load(Path(model.tokenizer), state_dir / "cache")
 
 
 # How many served names a wrong model's 404 lists; the rest are one GET /v1/models away.

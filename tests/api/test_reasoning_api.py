@@ -1,5 +1,5 @@
 """A reasoning model on chat completions and the Responses API (the ASGI app, a scripted engine, the
-agent tiny tokenizer with its `<think>` tokens and harmony markers): thinking apart from the
+agent tiny tokenizer with its `<think>` tokens; gpt-oss's own for harmony): thinking apart from the
 answer, streamed and whole alike, its tokens counted, tool calls after it, handed back; the
 chat template's variables (`chat_template_kwargs`, `reasoning_effort`)."""
 
@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from deploy.families import build_family_model
+from gateway.errors import ServerConfigError
 from tests.api.conftest import MakeClient
 from tests.api.test_chat_api import chunks_of
 from tests.api.test_responses_api import sse_events
@@ -45,7 +47,7 @@ def make_agent(make_client: MakeClient, tiny_agent_dir: Path, tmp_path: Path) ->
         return await make_client(
             settings=settings,
             model={"reasoning_parser": "qwen3", **(model or {})},
-            tokenizer_dir=tiny_agent_dir,
+            tokenizer_dir=kwargs.pop("tokenizer_dir", tiny_agent_dir),
             **kwargs,
         )
 
@@ -188,8 +190,29 @@ HARMONY = (
 )
 
 
-async def test_gpt_oss_is_decoded_with_its_special_markers_and_split(make_agent: MakeClient) -> None:
-    client, engine = await make_agent(model={"reasoning_parser": "gpt_oss"}, reply=lambda req, i: HARMONY)
+@pytest.fixture(scope="module")
+def harmony_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One state folder for the module: the harmony vocabulary is written there once."""
+    return tmp_path_factory.mktemp("harmony_state")
+
+
+@pytest.fixture
+def make_gptoss(make_agent: MakeClient, harmony_state: Path) -> MakeClient:
+    """A gpt-oss model: harmony's parser reads gpt-oss's own o200k-harmony vocabulary."""
+
+    async def factory(**kwargs: Any) -> tuple[httpx.AsyncClient, FakeEngine]:
+        return await make_agent(
+            model={"reasoning_parser": "gpt_oss"},
+            tokenizer_dir=build_family_model("gptoss"),
+            settings={"state_dir": harmony_state},
+            **kwargs,
+        )
+
+    return factory  # type: ignore[return-value]
+
+
+async def test_gpt_oss_is_decoded_with_its_special_markers_and_split(make_gptoss: MakeClient) -> None:
+    client, engine = await make_gptoss(reply=lambda req, i: HARMONY)
     body = (await chat(client)).json()
     message = body["choices"][0]["message"]
     assert (message["reasoning_content"], message["content"]) == ("Need to greet.", "Hello there!")
@@ -202,8 +225,18 @@ async def test_gpt_oss_is_decoded_with_its_special_markers_and_split(make_agent:
     assert "".join(d.get("content") or "" for d in deltas) == "Hello there!"
 
 
-async def test_gpt_oss_over_a_route_that_returns_text_is_a_clear_error(make_agent: MakeClient) -> None:
-    client, _ = await make_agent(model={"reasoning_parser": "gpt_oss"}, token_ids=False)
+@pytest.mark.parametrize("parsers", [{"reasoning_parser": "gpt_oss"}, {"tool_parser": "openai"}])
+async def test_a_harmony_model_without_the_o200k_harmony_vocabulary_is_refused_at_start_up(
+    make_agent: MakeClient, parsers: dict[str, str]
+) -> None:
+    # The agent tiny tokenizer holds harmony's markers, but not gpt-oss's vocabulary.
+    with pytest.raises(ServerConfigError, match="needs the o200k-harmony vocabulary of gpt-oss") as raised:
+        await make_agent(model={"reasoning_parser": "none", **parsers})
+    assert "\n" not in raised.value.message
+
+
+async def test_gpt_oss_over_a_route_that_returns_text_is_a_clear_error(make_gptoss: MakeClient) -> None:
+    client, _ = await make_gptoss(token_ids=False)
     r = await chat(client)
     assert r.status_code == 500
     error = r.json()["error"]

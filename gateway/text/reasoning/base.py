@@ -6,6 +6,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from gateway.text.tool_calls import ContentDelta, ToolCall, ToolCallArguments, ToolCallStart, new_tool_call_id
 
@@ -106,8 +108,13 @@ class ReasoningFormat:
     keeps_special_tokens: bool
     # The strings whose token ids `reasoning_tokens` counting needs (see `marker_ids`).
     markers: tuple[str, ...]
-    # (prompt, marker ids, make_id) -> a parser for one choice.
-    factory: Callable[[str, Mapping[str, int], Callable[[], str]], ReasoningParser]
+    # (prompt, marker ids, make_id, encoding) -> a parser for one choice.
+    factory: Callable[[str, Mapping[str, int], Callable[[], str], Any], ReasoningParser]
+    # What the format builds from a model's files once, at start-up, and hands to each parser as
+    # `encoding` (tokenizer folder, cache folder) -> encoding: harmony's parser reads token ids of
+    # its own encoding. None: the format reads the text alone. Raises ServerConfigError for a
+    # model the format cannot read.
+    load: Callable[[Path, Path], Any] | None = None
 
     def marker_ids(self, vocab: Mapping[str, int]) -> dict[str, int]:
         """The ids of this format's markers in a tokenizer's vocabulary (added tokens included).
@@ -123,10 +130,12 @@ class ReasoningFormat:
         prompt: str = "",
         marker_ids: Mapping[str, int] | None = None,
         make_id: Callable[[], str] = new_tool_call_id,
+        encoding: Any = None,
     ) -> ReasoningParser:
         """A parser for one choice of a request whose rendered prompt is `prompt` (the chat template
-        may have opened or closed the think block there)."""
-        return self.factory(prompt, marker_ids or {}, make_id)
+        may have opened or closed the think block there); `encoding`: what `load` made of the
+        model's files, for a format that has one."""
+        return self.factory(prompt, marker_ids or {}, make_id, encoding)
 
 
 def partial_marker_length(text: str, markers: Sequence[str]) -> int:

@@ -102,7 +102,7 @@ class CompiledGuide:
     grammar: Any
     stop_token_ids: tuple[int, ...]
     vocab_size: int
-    # Special tokens: xgrammar reads them as their literal text ("<|pad|>" inside a JSON string).
+    # Special tokens the guide does not name: masked (see GuidedDecoding).
     special_token_ids: tuple[int, ...] = ()
 
     def matcher(self, end_id: int | None) -> GrammarState:
@@ -114,7 +114,8 @@ class GrammarState:
 
     The grammar's stop tokens are the tokenizer's eos ids plus the request's ``end_id``: once the
     grammar is complete only those are allowed, and accepting one terminates the matcher. Other
-    special tokens are never allowed (their text would not reach the output).
+    special tokens are allowed only where the grammar allows them and the guide names them (see
+    GuidedDecoding).
     """
 
     def __init__(self, guide: CompiledGuide, end_id: int | None) -> None:
@@ -163,6 +164,17 @@ class GuidedDecoding:
 
     ``json_schema`` compiles without free whitespace (``", "`` and ``": "`` separators): a model is
     then never able to spend its tokens on indentation; ``json`` is xgrammar's built-in JSON grammar.
+
+    Special tokens: xgrammar (as TensorRT-LLM builds it, ``TokenizerInfo.from_huggingface``) treats
+    as special only tokens that decode to nothing, so a marker that decodes to its own text
+    (gpt-oss's ``<|channel|>``, Qwen's ``<|im_end|>``) is allowed wherever the grammar allows that
+    text, and a guide that spells ``<|channel|>`` lets a model write the one token. The same
+    tokens are also allowed wherever the grammar allows their characters (inside a JSON string),
+    where a trained model never writes them but the tests' random models would, and a default
+    decode would then drop their text from the output. So a special token is allowed where
+    xgrammar allows it only when the guide names it (its text appears in the guide, escapes aside):
+    what a guide spells comes out as TensorRT-LLM gives it, and guides that name no special token
+    decode as before.
     Thread-safe: ``compile`` runs on Triton's execute threads while the engine loop runs matchers.
     """
 
@@ -177,6 +189,7 @@ class GuidedDecoding:
             int(i) for i, added in tokenizer.added_tokens_decoder.items() if added.special
         }
         self._special = tuple(sorted(t for t in special if 0 <= t < vocab_size))
+        self._special_texts = {t: str(tokenizer.convert_ids_to_tokens(t)) for t in self._special}
         self._cache: collections.OrderedDict[tuple[str, str], CompiledGuide] = collections.OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -202,7 +215,13 @@ class GuidedDecoding:
             raise EngineError(
                 f"guided_decoding_guide ({guide_type}) does not compile: {grammar_error_message(exc)}"
             ) from None
-        compiled = CompiledGuide(guide_type, grammar, self._stops, self._vocab_size, self._special)
+        # A guide names a special token where its text appears in it once escapes are read
+        # (a regex's `<\|channel\|>`, a JSON string's `\"`): see the class docstring.
+        spelled = guide.replace("\\", "")
+        masked = tuple(
+            t for t in self._special if not self._special_texts[t] or self._special_texts[t] not in spelled
+        )
+        compiled = CompiledGuide(guide_type, grammar, self._stops, self._vocab_size, masked)
         with self._lock:
             self._cache[key] = compiled
             while len(self._cache) > self._cache_size:

@@ -64,6 +64,19 @@ def test_a_missing_chat_template_is_one_line_naming_it(tiny_bpe_dir: Path, tmp_p
     one_line(gateway("serve", "--model", spec), 2, f"{tmp_path}/none.jinja", "No such file")
 
 
+def test_a_harmony_parser_on_a_tokenizer_that_is_not_gpt_osss_is_one_line(
+    tiny_bpe_dir: Path, tmp_path: Path
+) -> None:
+    spec = f"name=tiny,tokenizer={tiny_bpe_dir},tool_parser=openai"
+    one_line(
+        gateway("serve", "--model", spec, "--state-dir", str(tmp_path)),
+        2,
+        "model 'tiny'",
+        "needs the o200k-harmony vocabulary of gpt-oss",
+        str(tiny_bpe_dir),
+    )
+
+
 def test_a_missing_config_file_is_one_line_naming_it() -> None:
     one_line(gateway("serve", "--config-file", "/nope/gateway.yaml"), 2, "--config-file /nope/gateway.yaml")
 

@@ -200,3 +200,28 @@ def test_special_tokens_other_than_stop_tokens_are_never_allowed() -> None:
     allowed = _allowed(state, len(tokenizer))
     assert allowed, "a JSON string allows ordinary tokens"
     assert not allowed & set(tokenizer.all_special_ids)
+
+
+def test_a_special_token_the_guide_spells_is_allowed_where_the_guide_spells_it() -> None:
+    # xgrammar (as TensorRT-LLM builds it) treats `<|im_start|>` as its own text: a guide that
+    # spells it lets the model write the one token there, and only there.
+    tokenizer = _tokenizer()
+    special = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    state = _guided().compile("regex", r"a<\|im_start\|>b").matcher(tokenizer.eos_token_id)
+    state.accept(tokenizer.encode("a", add_special_tokens=False)[0])
+    assert special in _allowed(state, len(tokenizer))
+    state.accept(special)
+    allowed = _allowed(state, len(tokenizer))
+    assert tokenizer.encode("b", add_special_tokens=False)[0] in allowed
+    assert special not in allowed
+
+
+def test_a_special_token_the_guide_does_not_name_stays_masked_where_its_text_would_fit() -> None:
+    tokenizer = _tokenizer()
+    special = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    # The regex allows any text, `<|im_start|>`'s included, but does not name the token.
+    state = _guided().compile("regex", r"a[^\n]*").matcher(tokenizer.eos_token_id)
+    state.accept(tokenizer.encode("a", add_special_tokens=False)[0])
+    allowed = _allowed(state, len(tokenizer))
+    assert tokenizer.encode("<", add_special_tokens=False)[0] in allowed
+    assert special not in allowed

@@ -14,7 +14,9 @@ from gateway.text.reasoning.base import ReasoningFormat, ReasoningParser
 from gateway.text.reasoning.think import MARKERS, ThinkParser, prompt_state
 
 
-def _parser(prompt: str, marker_ids: Mapping[str, int], make_id: Callable[[], str]) -> ReasoningParser:
+def _parser(
+    prompt: str, marker_ids: Mapping[str, int], make_id: Callable[[], str], encoding: object
+) -> ReasoningParser:
     return ThinkParser(starts_in_reasoning=prompt_state(prompt) is True, marker_ids=marker_ids)
 
 

@@ -20,6 +20,7 @@ from gateway.core.choices import ChoiceState
 from gateway.core.generation import reasoning_format
 from gateway.engine import GenerationDelta
 from gateway.text.detokenizer import ids_decoder
+from gateway.text.harmony import load_encoding
 from gateway.text.reply import ParsedReply, ReplyCollector, ReplyEvent, ReplyParser
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls import ForcedToolParser, StreamingToolParser, ToolCallArguments
@@ -91,6 +92,18 @@ def family_tokenizer(family: str) -> Tokenizer:
     return Tokenizer(family_dir(family))
 
 
+@functools.cache
+def harmony_encoding() -> Any:
+    """openai-harmony's encoding, built from the gpt-oss family's tokenizer.json as a served gpt-oss
+    model's is (cached beside the family models)."""
+    return load_encoding(family_dir("gptoss"), family_dir("gptoss").parent / "harmony-cache")
+
+
+def reply_encoding(fmt: Any) -> Any:
+    """What a served model of the format gets from `ReasoningFormat.load` (harmony's encoding)."""
+    return harmony_encoding() if fmt is not None and fmt.load is not None else None
+
+
 def encode(family: str, text: str) -> list[int]:
     return family_tokenizer(family).encode(text, add_special_tokens=False)
 
@@ -109,7 +122,7 @@ def run_text(
 ) -> ParsedReply:
     """The decoded reply `text` through the parsers alone, fed `step` characters at a time."""
     fmt = reasoning_format(served("", tool_parser, reasoning_parser))
-    reasoning = fmt.parser(prompt=prompt) if fmt is not None else None
+    reasoning = fmt.parser(prompt=prompt, encoding=reply_encoding(fmt)) if fmt is not None else None
     tools = StreamingToolParser(tool_parser, tool_names=PARAMETERS, tool_parameters=PARAMETERS)
     parser = ReplyParser(reasoning=reasoning, tools=tools)
     collector = ReplyCollector()
@@ -159,7 +172,9 @@ def run_reply(
     )
     reasoning = None
     if fmt is not None and not forced:
-        reasoning = fmt.parser(prompt=prompt, marker_ids=fmt.marker_ids(tok.vocab))
+        reasoning = fmt.parser(
+            prompt=prompt, marker_ids=fmt.marker_ids(tok.vocab), encoding=reply_encoding(fmt)
+        )
     tools: StreamingToolParser | ForcedToolParser
     if forced:
         tools = ForcedToolParser(name=forced_name, tool_names=PARAMETERS)

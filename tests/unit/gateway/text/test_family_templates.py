@@ -58,7 +58,9 @@ RENDERED = {
         + "<|call|><|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>"
         + TIME_ARGS
         + "<|call|>",
-        "<|channel|>commentary<|message|>sunny<|end|>",
+        # Each result from the function its call named (the results carry only the call's id).
+        "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>sunny<|end|>"
+        "<|start|>functions.get_time to=assistant<|channel|>commentary<|message|>12:00<|end|>",
     ],
     "llama3_1": [
         '{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}; '

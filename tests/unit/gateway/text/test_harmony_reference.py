@@ -1,61 +1,32 @@
-"""The gpt-oss channel parser against OpenAI's own harmony parser (`openai-harmony`), on real
+"""The gateway's harmony parser (openai-harmony's streaming parser fed the reply's decoded text
+deltas, re-encoded) against the same library reading the whole reply's ids at once, on real
 o200k-harmony token sequences.
 
 openai-harmony loads its encoding from ``o200k_base.tiktoken``, which it downloads; the same file
 is the gpt-oss ``tokenizer.json``'s vocabulary written in tiktoken's format, so it is built here
 from the family's tokenizer and the library checks it against the sha256 it expects (a wrong byte
 fails the load). Each reply is encoded by the gateway's tokenizer, the ids checked equal to the
-library's encoding of the same text, and both parsers read them: the thinking (analysis), the
-answer (final, and commentary to no one) and the calls (commentary to functions.NAME) agree."""
+library's encoding of the same text, and both read them, the gateway's path token by token and
+in every two-way split: the thinking (analysis), the answer (final, and commentary to no one) and
+the calls (commentary to functions.NAME) agree."""
 
 from __future__ import annotations
 
-import base64
 import json
-from pathlib import Path
 from typing import Any
 
 import openai_harmony as harmony
 import pytest
 
+from gateway.text.harmony import tiktoken_ranks
 from tests.unit.gateway.text.family_replies import calls, encode, family_dir, run_reply
-
-# The sha256 openai-harmony expects of o200k_base.tiktoken (it checks it on load).
-O200K_BASE_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
-
-
-def _byte_decoder() -> dict[str, int]:
-    # GPT-2's byte-level alphabet: each byte as one printable character.
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    chars = list(printable)
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
-
-
-def tiktoken_file(tokenizer_json: Path) -> bytes:
-    """The BPE ranks of a byte-level tokenizer.json as a .tiktoken file (base64 token, rank)."""
-    vocab: dict[str, int] = json.loads(tokenizer_json.read_text(encoding="utf-8"))["model"]["vocab"]
-    decoder = _byte_decoder()
-    lines = [
-        base64.b64encode(bytes(decoder[c] for c in token)).decode() + f" {rank}\n"
-        for token, rank in sorted(vocab.items(), key=lambda item: item[1])
-    ]
-    return "".join(lines).encode()
 
 
 @pytest.fixture(scope="module")
 def encoding(tmp_path_factory: pytest.TempPathFactory) -> Any:
     folder = tmp_path_factory.mktemp("tiktoken")
-    (folder / "o200k_base.tiktoken").write_bytes(tiktoken_file(family_dir("gptoss") / "tokenizer.json"))
+    data = json.loads((family_dir("gptoss") / "tokenizer.json").read_text(encoding="utf-8"))
+    (folder / "o200k_base.tiktoken").write_bytes(tiktoken_ranks(data))
     with pytest.MonkeyPatch.context() as patch:
         # Read by the library when it loads the encoding, instead of downloading.
         patch.setenv("TIKTOKEN_ENCODINGS_BASE", str(folder))
@@ -105,6 +76,6 @@ def test_the_channel_parser_reads_a_reply_as_openai_harmony_does(encoding: Any, 
     # The family's tokenizer and harmony's own encoding give the same ids.
     assert ids == list(encoding.encode(text, allowed_special="all"))
     want = reference(encoding, ids)
-    for splits in ((), range(1, len(ids))):
+    for splits in ((), range(1, len(ids)), *([cut] for cut in range(1, len(ids)))):
         got = run_reply("gptoss", ids, tool_parser="openai", splits=splits)
         assert (got.reply.reasoning, got.reply.content, calls(got.reply)) == want

@@ -16,6 +16,7 @@ from gateway.text.reasoning import ReasoningDelta, get_format
 from gateway.text.reply import ParsedReply, ReplyCollector, ReplyParser, parse_reply
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls import ContentDelta, StreamingToolParser, ToolCallStart
+from tests.unit.gateway.text.family_replies import reply_encoding
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 
@@ -35,7 +36,11 @@ def parser(
     make_id = ids()
     fmt = get_format(reasoning) if reasoning else None
     return ReplyParser(
-        reasoning=fmt.parser(prompt=prompt, marker_ids=marker_ids, make_id=make_id) if fmt else None,
+        reasoning=fmt.parser(
+            prompt=prompt, marker_ids=marker_ids, make_id=make_id, encoding=reply_encoding(fmt)
+        )
+        if fmt
+        else None,
         tools=StreamingToolParser(tool_format, tool_names={"get_weather"}, make_id=make_id)
         if tool_format != "none"
         else None,

@@ -13,6 +13,7 @@ from gateway.text.reasoning import (
     parse_reasoning,
 )
 from gateway.text.tool_calls import ContentDelta, JsonScanner, ToolCall, ToolCallArguments, ToolCallStart
+from tests.unit.gateway.text.family_replies import harmony_encoding
 from tests.unit.gateway.text.reasoning.toy import MARKER_IDS, Counter, format_named, ids_of, tokenize
 
 ANALYSIS = "<|channel|>analysis<|message|>The user wants the weather. Call the tool.<|end|>"
@@ -22,9 +23,20 @@ FINAL = "<|channel|>final<|message|>It is sunny in Paris.<|return|>"
 THOUGHT = "The user wants the weather. Call the tool."
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _loaded() -> None:
+    # The encoding loads once (a second or so), before hypothesis times its examples.
+    harmony_encoding()
+
+
 def parse(text: str) -> ReasoningOutput:
     return parse_reasoning(
-        text, "gpt_oss", token_ids=ids_of(tokenize(text)), marker_ids=MARKER_IDS, make_id=Counter()
+        text,
+        "gpt_oss",
+        token_ids=ids_of(tokenize(text)),
+        marker_ids=MARKER_IDS,
+        make_id=Counter(),
+        encoding=harmony_encoding(),
     )
 
 
@@ -63,6 +75,21 @@ def test_the_format_keeps_special_tokens_and_names_its_markers() -> None:
             + '<|message|>{"city": "Oslo"}<|call|>',
             ReasoningOutput(THOUGHT, "", (weather('{"city":"Oslo"}'),), len(THOUGHT)),
             id="recipient-after-the-role",
+        ),
+        pytest.param(
+            ' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Oslo"}<|call|>',
+            ReasoningOutput(None, "", (weather('{"city":"Oslo"}'),), 0),
+            id="recipient-right-after-the-prompts-role",
+        ),
+        pytest.param(
+            "<|channel|><|message|>Header without a channel name.<|end|>" + NEXT + FINAL,
+            ReasoningOutput(None, "Header without a channel name.\nIt is sunny in Paris.", (), 0),
+            id="a-header-the-library-cannot-read-makes-its-body-content",
+        ),
+        pytest.param(
+            ANALYSIS + NEXT + "<|channel|>final<|message|>Left open" + NEXT + FINAL,
+            ReasoningOutput(THOUGHT, "Left open\nIt is sunny in Paris.", (), len(THOUGHT)),
+            id="a-body-left-open-ends-at-the-next-header",
         ),
         pytest.param(
             "<|channel|>commentary<|message|>Checking the weather.<|end|>" + NEXT + CALL,
@@ -120,7 +147,9 @@ def test_channels_go_to_reasoning_content_and_tool_calls(text: str, expected: Re
 
 
 def test_a_tool_call_is_announced_at_its_header_and_its_arguments_stream() -> None:
-    parser = format_named("gpt_oss").parser(marker_ids=MARKER_IDS, make_id=Counter())
+    parser = format_named("gpt_oss").parser(
+        marker_ids=MARKER_IDS, make_id=Counter(), encoding=harmony_encoding()
+    )
     steps = [
         "<|channel|>analysis<|message|>Need weather",
         ".<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather",
@@ -168,7 +197,9 @@ def normalized(events: list[ReasoningEvent]) -> list[tuple[str, object]]:
 
 def stream(text: str, cuts: list[int]) -> tuple[list[ReasoningEvent], int]:
     tokens = tokenize(text)
-    parser = format_named("gpt_oss").parser(marker_ids=MARKER_IDS, make_id=Counter())
+    parser = format_named("gpt_oss").parser(
+        marker_ids=MARKER_IDS, make_id=Counter(), encoding=harmony_encoding()
+    )
     events: list[ReasoningEvent] = []
     start = 0
     for end in [*sorted(set(cuts)), len(tokens)]:

@@ -1,5 +1,6 @@
 """The parsers fed as the streaming state machine feeds them: one decoded token at a time from the
-agent tiny model's real tokenizer, with the marker ids looked up in its vocabulary."""
+agent tiny model's real tokenizer (gpt-oss's own for harmony, whose parser needs its vocabulary), with
+the marker ids looked up in its vocabulary."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from gateway.text.detokenizer import IncrementalDetokenizer
 from gateway.text.reasoning import ReasoningDelta, ReasoningEvent, parse_reasoning
 from gateway.text.tool_calls import ContentDelta, ToolCallArguments, ToolCallStart
+from tests.unit.gateway.text.family_replies import family_dir, reply_encoding
 from tests.unit.gateway.text.reasoning.toy import format_named
 
 
@@ -21,11 +23,20 @@ def tokenizer(tiny_agent_dir: Path) -> Any:
     return AutoTokenizer.from_pretrained(tiny_agent_dir)
 
 
+@pytest.fixture(scope="module")
+def gptoss() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(family_dir("gptoss"))
+
+
 def stream(tokenizer: Any, fmt_name: str, text: str, prompt: str) -> tuple[list[ReasoningEvent], int]:
     fmt = format_named(fmt_name)
     ids = tokenizer.encode(text, add_special_tokens=False)
     decoder = IncrementalDetokenizer(tokenizer, skip_special_tokens=not fmt.keeps_special_tokens)
-    parser = fmt.parser(prompt=prompt, marker_ids=fmt.marker_ids(tokenizer.get_vocab()))
+    parser = fmt.parser(
+        prompt=prompt, marker_ids=fmt.marker_ids(tokenizer.get_vocab()), encoding=reply_encoding(fmt)
+    )
     events: list[ReasoningEvent] = []
     for token_id in ids:
         events += parser.feed(decoder.push_ids([token_id]), [token_id])
@@ -56,7 +67,8 @@ def test_qwen3_token_by_token_with_the_template_opening_the_block(tokenizer: Any
     assert (whole.reasoning, whole.content, whole.reasoning_tokens) == (thought, "Hello! 你好 🙂", tokens)
 
 
-def test_gpt_oss_token_by_token_sees_the_special_markers(tokenizer: Any) -> None:
+def test_gpt_oss_token_by_token_sees_the_special_markers(gptoss: Any) -> None:
+    tokenizer = gptoss
     text = (
         "<|channel|>analysis<|message|>Need the weather for Paris.<|end|>"
         "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
