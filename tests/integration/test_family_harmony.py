@@ -7,8 +7,9 @@ The model is random, so each request steers it (greedy) into a real harmony repl
 spells the reply, markers included, and a logit bias on the markers makes each one the family's own
 single token. The CPU engine allows a special token where the guide names it, as TensorRT-LLM's
 xgrammar allows any token whose text the guide spells (see the engine's GuidedDecoding).
-The Messages API takes neither a regex guide nor a logit bias (Anthropic's and vLLM's alike), so
-there the conversation goes back through the template and the reply is checked for leaks."""
+The Messages API takes the regex guide (vLLM's `structured_outputs`, as on chat completions) but
+no logit bias, so there the model may spell a marker in pieces; the harmony parser reads the text
+as openai-harmony encodes it, so the reply reads the same."""
 
 from __future__ import annotations
 
@@ -132,6 +133,35 @@ def test_a_harmony_call_after_thinking_through_chat_completions(
     # The arguments stream as the model writes them.
     assert len(pieces) > 1
     assert "".join(pieces) == message.tool_calls[0].function.arguments  # type: ignore[index]
+
+
+def test_a_harmony_call_after_thinking_through_the_messages_api(claude: anthropic.Anthropic) -> None:
+    request: dict[str, Any] = {
+        "model": "gptoss",
+        "max_tokens": 120,
+        "messages": USER,
+        "tools": MESSAGES_TOOLS,
+        "extra_body": steered(CALL_REPLY, temperature=0),
+    }
+    message = claude.messages.create(**request)
+    assert message.stop_reason == "tool_use", message
+    assert [(b.name, b.input) for b in message.content if b.type == "tool_use"] == [("get_weather", PARIS)]
+    assert [b.thinking for b in message.content if b.type == "thinking"] == [THOUGHT]
+    assert not [b for b in message.content if b.type == "text"]
+    assert [b.type for b in message.content] == ["thinking", "tool_use"]
+
+    with claude.messages.stream(**request) as stream:
+        deltas = [e.delta for e in stream if e.type == "content_block_delta"]
+        final = stream.get_final_message()
+    partial = [d.partial_json for d in deltas if d.type == "input_json_delta"]
+    # The arguments stream as the model writes them.
+    assert json.loads("".join(partial)) == PARIS and len(partial) > 1
+    assert "".join(d.thinking for d in deltas if d.type == "thinking_delta") == THOUGHT
+    assert not [d for d in deltas if d.type == "text_delta"]
+    assert final.stop_reason == "tool_use"
+    assert [(b.type, getattr(b, "input", None)) for b in final.content] == [
+        (b.type, getattr(b, "input", None)) for b in message.content
+    ]
 
 
 def test_a_harmony_call_after_thinking_through_the_responses_api(
