@@ -12,7 +12,7 @@ import threading
 import types
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -80,7 +80,7 @@ class _Request:
 
 
 class _Logger:
-    errors: list[str] = []
+    errors: ClassVar[list[str]] = []
 
     @classmethod
     def log_error(cls, message: str) -> None:
