@@ -337,8 +337,9 @@ class Settings(BaseSettings):
         ge=0,
         description="A started HTTP generate_stream that sends nothing for this long fails, and Triton "
         "is cancelled (0: no limit): Triton's HTTP frontend can lose a stream's end under load. The same "
-        "bound holds for every request to an llmapi model, which may drop a request without an answer "
-        "(0: 600 s there).",
+        "bound holds for every request to an llmapi model, which may drop a request without an answer: "
+        "a 504 and the request cancelled (0: 600 s there; a model that is not decoupled answers once, "
+        "so there it bounds the whole generation).",
     )
     readiness_cache_s: float = Field(
         default=1.0, ge=0, description="How long a Triton readiness answer is reused by /health/ready."

@@ -5,7 +5,7 @@ Cumulative text becomes exact deltas (gateway.text.cumulative); stop strings are
 (the core cancels the request by closing its stream, which the model notices within its 100 ms
 cancellation period). Every request is bounded: the newest model.py answers nothing at all for
 some errors (logged in Triton only), so a stream that stays silent for the pool's stream idle
-timeout fails rather than waiting forever.
+timeout fails with a timeout (504) and is cancelled, rather than waiting forever.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import grpc
 from gateway import tracing
 from gateway.asyncutil import merge
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
-from gateway.errors import EngineError, EngineUnavailableError, GatewayError
+from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, GatewayError
 from gateway.routing.base import RouteRequest
 from gateway.text.cumulative import CumulativeText, NotCumulativeError
 from gateway.triton.connection import is_connection_failure, rpc_error
@@ -152,8 +152,9 @@ class LlmapiAdapter:
                     try:
                         response = await asyncio.wait_for(call.read(), silence)
                     except asyncio.TimeoutError:
-                        finished = True
-                        raise EngineError(
+                        # Not finished: the call is cancelled below, so a model that is only slow
+                        # stops generating and Triton lets go of a request the model dropped.
+                        raise DeadlineExceededError(
                             f"Triton sent nothing for {silence:g} s on this request; the model may have "
                             "dropped it (see Triton's log)"
                         ) from None

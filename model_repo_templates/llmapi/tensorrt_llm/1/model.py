@@ -10,7 +10,8 @@ prompt echoed when the request leaves them out; ``sampling_param_stop`` matched 
 cancellation polled every ``cancellation_check_period_ms`` (100); errors INTERNAL with the prefix
 ``Error generating request: ``. ``model.yaml``'s ``cpu_stand_in.profile`` picks the model.py
 version: ``current`` streams per step and answers nothing for errors raised before a request is
-registered (logged only); ``v1.2`` answers a streaming request with one response holding the whole
+registered (streaming on a model that is not decoupled, ``best_of`` under greedy sampling, a bad LoRA,
+a too-long prompt: logged only); ``v1.2`` answers a streaming request with one response holding the whole
 text, a stopped request not at all, and every error.
 """
 
@@ -60,6 +61,28 @@ def _scalar(request: Any, name: str) -> Any:
         raise ValueError(f"Expected a scalar tensor for tensor {name}")
     item = value.item(0)
     return item.decode("utf-8") if isinstance(item, bytes) else item
+
+
+def stop_words(values: np.ndarray | None, tokenizer: Any) -> list[tuple[str, tuple[int, ...]]]:
+    """``sampling_param_stop``'s strings (bytes as they reach the model, or str), each with its ids
+    tokenized alone: the LLM API matches stop strings on token ids, not on the text. Empty strings
+    stop nothing."""
+    out = []
+    for item in [] if values is None else values.reshape(-1).tolist():
+        word = item.decode("utf-8") if isinstance(item, bytes) else str(item)
+        if word:
+            out.append((word, tuple(tokenizer.encode(word, add_special_tokens=False))))
+    return out
+
+
+def match_stop(ids: list[int], stops: list[tuple[str, tuple[int, ...]]]) -> tuple[str, list[int]] | None:
+    """The first stop string whose ids end the generated ids, and the ids without it (the stop
+    string is not part of the output); None when none does. A stop string present in the text but
+    generated as other tokens does not match, as in the LLM API."""
+    for word, word_ids in stops:
+        if word_ids and len(ids) >= len(word_ids) and tuple(ids[-len(word_ids) :]) == word_ids:
+            return word, ids[: -len(word_ids)]
+    return None
 
 
 class _Unanswered(Exception):
@@ -247,7 +270,8 @@ class TritonPythonModel:
         top_k = _scalar(request, "sampling_param_top_k")
         top_p = _scalar(request, "sampling_param_top_p")
         best_of = _scalar(request, "sampling_param_best_of") or 1
-        greedy = not top_k and not top_p
+        # The LLM API's greedy decoding: top_k unset or 1, top_p unset or 0.
+        greedy = (not top_k or top_k == 1) and not top_p
         if best_of > 1 and greedy:
             raise _Unanswered(f"Greedy decoding in the LLM API does not allow best_of ({best_of}) > 1")
         max_tokens = _scalar(request, "sampling_param_max_tokens")
@@ -260,16 +284,14 @@ class TritonPythonModel:
                 f"The sum of prompt length ({len(ids)}) and max_tokens ({max_tokens}) should not exceed "
                 f"max_seq_len ({limit})"
             )
-        stop = _input(request, "sampling_param_stop")
-        stops = []
-        for item in [] if stop is None else stop.reshape(-1).tolist():
-            word = item.decode("utf-8") if isinstance(item, bytes) else str(item)
-            if word:
-                # Matched on token ids, as the LLM API matches them.
-                stops.append((word, tuple(self.tokenizer.encode(word, add_special_tokens=False))))
+        stops = stop_words(_input(request, "sampling_param_stop"), self.tokenizer)
         if _input(request, "image_url") is not None:
             raise ValueError("image_url is not supported by the CPU stand-in")
-        lora = self._lora(request)
+        try:
+            lora = self._lora(request)
+        except (ValueError, OSError) as exc:
+            # The LoRA request is built before the request is registered: never answered.
+            raise _Unanswered(str(exc)) from None
         if top_k:
             sampled_k, sampled_p = int(top_k), float(top_p or 0.0)
         else:
@@ -363,12 +385,9 @@ class TritonPythonModel:
                 self._send_error(state.sender, error)
             return
         ids = state.generated
-        for word, word_ids in state.stops:
-            if word_ids and len(ids) >= len(word_ids) and tuple(ids[-len(word_ids) :]) == word_ids:
-                # The stop string ends the output and is not part of it.
-                state.stop_reason = word
-                ids = ids[: -len(word_ids)]
-                break
+        matched = match_stop(ids, state.stops)
+        if matched is not None:
+            state.stop_reason, ids = matched
         if not final:
             if state.streaming and self.profile == "current" and state.stop_reason is None:
                 self._respond(state, ids, finish_reason=None, final=False)
