@@ -84,11 +84,18 @@ def resolve_max_tokens(
         )
     room = max_model_len - prompt_tokens
     if room <= 0 or (requested is not None and requested > room):
-        asked = requested if requested is not None else 1
+        if requested is None:
+            # No completion length was asked for (or, Anthropic's, only a cap): the prompt alone.
+            raise ContextLengthExceededError(
+                f"This model's maximum context length is {max_model_len} tokens. However, your prompt "
+                f"has {prompt_tokens} tokens, which leaves no room for the completion. "
+                "Please reduce the length of the prompt.",
+                param=prompt_param,
+            )
         raise ContextLengthExceededError(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{prompt_tokens + asked} tokens ({prompt_tokens} in the prompt, {asked} in the completion). "
-            "Please reduce the length of the prompt or completion.",
+            f"{prompt_tokens + requested} tokens ({prompt_tokens} in the prompt, {requested} in the "
+            "completion). Please reduce the length of the prompt or completion.",
             param=prompt_param,
         )
     if requested is not None:

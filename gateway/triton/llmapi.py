@@ -335,9 +335,8 @@ def llmapi_error(message: str, model: str) -> GatewayError:
     """The model's error (INTERNAL, `Error generating request: ...`) as the gateway's error."""
     detail = message.split(ERROR_PREFIX, 1)[1] if ERROR_PREFIX in message else message
     if _TOO_LONG.search(detail):
-        return ContextLengthExceededError(
-            f"The prompt is longer than this model accepts: {detail}", param="messages"
-        )
+        # The engine does not know which field held the prompt (messages, prompt, input).
+        return ContextLengthExceededError(f"The prompt is longer than this model accepts: {detail}")
     lowered = message.lower()
     if "unknown model" in lowered or "not ready" in lowered:
         return EngineUnavailableError(f"model {model!r} is not available in Triton: {message}")

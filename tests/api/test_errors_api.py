@@ -171,6 +171,12 @@ async def test_over_long_prompt_is_context_length_exceeded_naming_messages_or_pr
         param="prompt",
         code="context_length_exceeded",
     )
+    # Anthropic's max_tokens only caps the completion: the prompt alone is what does not fit,
+    # and the message says so rather than counting a completion length nobody asked for.
+    r = await client.post("/v1/messages", json={"model": "tiny", "messages": long, "max_tokens": 12})
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "leaves no room for the completion" in message and "you requested" not in message, message
 
 
 @pytest.mark.parametrize(

@@ -175,6 +175,8 @@ def test_errors_lose_the_models_prefix_and_a_too_long_prompt_is_a_400() -> None:
         "m",
     )
     assert isinstance(long, ContextLengthExceededError) and long.code == "context_length_exceeded"
+    # Not a field of every API (completions' prompt, Responses' input): named by none.
+    assert long.param is None
     other = la.llmapi_error("Error generating request: CUDA out of memory", "m")
     assert isinstance(other, EngineError) and other.message == "Triton failed the request: CUDA out of memory"
 
