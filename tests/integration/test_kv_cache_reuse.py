@@ -4,6 +4,7 @@ the anthropic SDK)."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 
@@ -17,6 +18,19 @@ from tests.integration.conftest import TritonStack
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.integration
+
+# A chat prompt's first KV block (DEV_TOKENS_PER_BLOCK tokens) holds the template's prefix and the
+# first two characters of the content (this tiny tokenizer spells letters one token each), and the
+# engine is shared by the whole session: content starting with a uuid's hex would share that block
+# with another request's one time in 256. Each prompt here starts with its own pair of uppercase
+# letters (no hex digit, seldom how text starts), so its first block is its own.
+_PAIRS = ("".join(pair) for pair in itertools.product("QRSTUVWXYZ", repeat=2))
+
+
+def fresh(words: str) -> str:
+    """Content no earlier request of the session began with."""
+    return f"{next(_PAIRS)}{uuid.uuid4().hex} {words}"
+
 
 # served name -> (stack key, route)
 SERVED = {
@@ -67,7 +81,7 @@ def test_a_repeated_prompt_reports_its_reused_whole_blocks_as_cached_tokens(
     gateway: GatewayProcess, triton_stack: TritonStack, model: str
 ) -> None:
     # A prompt no other test sends, long enough for several blocks.
-    content = f"{uuid.uuid4().hex} tell me about the sea and the mountains and the rivers"
+    content = fresh("tell me about the sea and the mountains and the rivers")
     first = _chat(gateway, model, content)
     assert first["prompt_tokens"] > 2 * DEV_TOKENS_PER_BLOCK
     assert first.get("prompt_tokens_details") == {"cached_tokens": 0}, first
@@ -85,7 +99,7 @@ def test_a_repeated_prompt_reports_its_reused_whole_blocks_as_cached_tokens(
 
 
 def test_a_contract_without_perf_metrics_leaves_cached_tokens_out(gateway: GatewayProcess) -> None:
-    content = f"{uuid.uuid4().hex} the same words twice over and over again for the cache"
+    content = fresh("the same words twice over and over again for the cache")
     _chat(gateway, "tiny-legacy", content)
     usage = _chat(gateway, "tiny-legacy", content)
     assert "prompt_tokens_details" not in usage
@@ -117,7 +131,7 @@ def anthropic_sdk(gateway: GatewayProcess) -> Iterator[anthropic.Anthropic]:
 def test_a_repeated_responses_prompt_reports_its_cached_tokens_through_the_openai_sdk(
     openai_sdk: openai.OpenAI, model: str
 ) -> None:
-    content = f"{uuid.uuid4().hex} tell me about the lakes and the forests and the valleys"
+    content = fresh("tell me about the lakes and the forests and the valleys")
     first = openai_sdk.responses.create(model=model, input=content, **RESPONSE_ARGS)
     assert first.usage is not None
     assert first.usage.input_tokens > 2 * DEV_TOKENS_PER_BLOCK
@@ -139,9 +153,7 @@ def test_a_repeated_responses_prompt_reports_its_cached_tokens_through_the_opena
 def test_a_repeated_messages_prompt_reports_its_cache_reads_through_the_anthropic_sdk(
     anthropic_sdk: anthropic.Anthropic, model: str
 ) -> None:
-    messages: list = [
-        {"role": "user", "content": f"{uuid.uuid4().hex} the hills and the roads and the towns"}
-    ]
+    messages: list = [{"role": "user", "content": fresh("the hills and the roads and the towns")}]
     prompt = anthropic_sdk.messages.count_tokens(model=model, messages=messages).input_tokens
     assert prompt > 2 * DEV_TOKENS_PER_BLOCK
     first = anthropic_sdk.messages.create(model=model, messages=messages, **MESSAGE_ARGS)
@@ -164,7 +176,7 @@ def test_a_repeated_messages_prompt_reports_its_cache_reads_through_the_anthropi
 def test_a_contract_without_perf_metrics_gives_zero_in_responses_and_null_in_messages(
     openai_sdk: openai.OpenAI, anthropic_sdk: anthropic.Anthropic
 ) -> None:
-    content = f"{uuid.uuid4().hex} the same words again and again for the cache to keep"
+    content = fresh("the same words again and again for the cache to keep")
     for _ in range(2):
         response = openai_sdk.responses.create(model="tiny-legacy", input=content, **RESPONSE_ARGS)
         # OpenAI's schema requires the field: 0, the engine saying nothing of its reuse.
