@@ -20,6 +20,7 @@ from tritonclient.grpc import service_pb2
 
 from gateway.engine import EngineInfo, GenerationRequest
 from gateway.errors import ContextLengthExceededError, EngineError, EngineUnavailableError, GatewayError
+from gateway.triton.tensors import PACK
 
 TEXT_INPUT = "text_input"
 STREAMING = "streaming"
@@ -71,13 +72,6 @@ _DTYPES = {
     mc.TYPE_UINT64: "UINT64",
     mc.TYPE_FP32: "FP32",
     mc.TYPE_STRING: "BYTES",
-}
-_PACK = {
-    "BOOL": struct.Struct("<?").pack,
-    "INT32": struct.Struct("<i").pack,
-    "INT64": struct.Struct("<q").pack,
-    "UINT64": struct.Struct("<Q").pack,
-    "FP32": struct.Struct("<f").pack,
 }
 _U32 = struct.Struct("<I")
 
@@ -209,7 +203,7 @@ def read_llmapi_contract(config: mc.ModelConfig) -> LlmapiContract:
 
 def _scalar(out: service_pb2.ModelInferRequest, name: str, dtype: str, value: Any) -> None:
     out.inputs.append(service_pb2.ModelInferRequest.InferInputTensor(name=name, datatype=dtype, shape=[1]))
-    out.raw_input_contents.append(_PACK[dtype](value))
+    out.raw_input_contents.append(PACK[dtype](value))
 
 
 def _strings(out: service_pb2.ModelInferRequest, name: str, values: list[str]) -> None:

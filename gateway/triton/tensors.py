@@ -38,7 +38,7 @@ def _tensor(
 
 
 # Little-endian packing of one value, as numpy's tobytes gives it, at a tenth of the cost.
-_PACK = {
+PACK = {
     "BOOL": struct.Struct("<?").pack,
     "INT32": struct.Struct("<i").pack,
     "INT64": struct.Struct("<q").pack,
@@ -52,7 +52,7 @@ def _numpy_bytes(spec: c.TensorSpec, value: Any) -> bytes:
 
 
 def _scalar(request: service_pb2.ModelInferRequest, spec: c.TensorSpec, value: Any) -> None:
-    pack = _PACK.get(spec.triton_dtype)
+    pack = PACK.get(spec.triton_dtype)
     try:
         raw = pack(value) if pack is not None else _numpy_bytes(spec, value)
     except (struct.error, OverflowError):
