@@ -46,6 +46,7 @@ from loadtest.subproc import (
     NotReady,
     bench_setup,
     free_port,
+    serve_command,
     spawn_logged,
     split_args,
     stop_process,
@@ -252,25 +253,8 @@ def gateway_command(
     )
     if route == "engine":
         spec += f",engine_model={stack.engine}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--triton-url",
-        stack.grpc_url,
-        "--model",
-        spec,
-    ]
-    if transport == "http":
-        cmd += ["--triton-http-url", stack.http_url]
-    if workers > 1:
-        cmd += ["--workers", str(workers)]
-    return cmd + list(extra)
+    http_url = stack.http_url if transport == "http" else None
+    return serve_command(port, stack.grpc_url, spec, http_url=http_url, workers=workers, extra=extra)
 
 
 @contextlib.asynccontextmanager

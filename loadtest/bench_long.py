@@ -51,6 +51,7 @@ from loadtest.subproc import (
     NotReady,
     bench_setup,
     free_port,
+    serve_command,
     spawn_logged,
     stop_process,
     wait_http_ready,
@@ -278,24 +279,7 @@ async def start_gateway(
         # The engine's context (the agent tiny model's), not the tokenizer's own (Gemma 3's: 32k).
         "max_model_len=65536"
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--triton-url",
-        stack.grpc_url,
-        "--triton-http-url",
-        stack.http_url,
-        "--model",
-        spec,
-    ]
-    if cfg.workers > 1:
-        cmd += ["--workers", str(cfg.workers)]
+    cmd = serve_command(port, stack.grpc_url, spec, http_url=stack.http_url, workers=cfg.workers)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log_path = workdir / f"gateway-{tokenizer.name}.log"
     proc = spawn_logged(cmd, log_path, env)

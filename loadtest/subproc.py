@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -20,6 +21,26 @@ _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 class NotReady(RuntimeError):
     """A server did not come up; the message carries the tail of its log."""
+
+
+def serve_command(
+    port: int,
+    grpc_url: str,
+    spec: str,
+    *,
+    http_url: str | None = None,
+    workers: int = 1,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The documented `gateway serve` command line for one model (`spec`, as `--model` takes it)
+    on one Triton, its streams over Triton's HTTP generate_stream when `http_url` is given."""
+    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--triton-url", grpc_url, "--model", spec]
+    if http_url is not None:
+        cmd += ["--triton-http-url", http_url]
+    if workers > 1:
+        cmd += ["--workers", str(workers)]
+    return cmd + list(extra)
 
 
 def free_port() -> int:
