@@ -46,7 +46,12 @@ def plan_output(
     model_tool_format: str,
     guided_decoding: bool,
     structured_outputs: dict[str, Any] | None = None,
+    template_renders_tools: bool = True,
 ) -> OutputPlan:
+    """`template_renders_tools`: whether the model's chat template shows `tools` to the model.
+    Where it does not, a call forced by guided decoding is still served (the guide's schema, not
+    the prompt, makes the reply a valid call, as vLLM does), with no tools given to the template;
+    `auto` stays the template's 400, since the model would never know the tools exist."""
     checked = validate_tools(tools)
     choice = resolve_tool_choice(tool_choice, checked)
     guide = _response_format_guide(response_format, guided_decoding)
@@ -93,7 +98,7 @@ def plan_output(
     guided_call = forced and guided_decoding
     return OutputPlan(
         guide,
-        [_template_tool(t) for t in offered],
+        [_template_tool(t) for t in offered] if template_renders_tools or not guided_call else None,
         parse,
         frozenset(t.name for t in checked),
         {t.name: t.parameters for t in checked if t.parameters},

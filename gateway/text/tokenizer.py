@@ -278,7 +278,8 @@ class Tokenizer:
             # transformers would render the prompt without them: the model would never see the tools.
             raise InvalidRequestError(
                 "this model's chat template does not render tools, so the model would never see "
-                "them: serve it with a chat template that does (chat_template=FILE)",
+                "them: serve it with a chat template that does (chat_template=FILE), or force a call "
+                "with tool_choice 'required' or a named function",
                 param="tools",
             )
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,65 @@ async def test_tools_for_a_template_that_cannot_render_them_are_a_400(make_clien
     assert r.status_code == 200
     tiny, _ = await make_client(model={"tool_parser": "hermes"})
     assert (await tiny.post("/v1/chat/completions", json=body)).status_code == 200
+
+
+CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+@pytest.mark.parametrize("family", ["llama3_1", "gemma3", "llama2"])
+@pytest.mark.parametrize("tool_choice", ["required", NAMED])
+async def test_a_forced_tool_choice_is_served_on_a_template_that_renders_no_tools(
+    make_client: MakeClient, family: str, tool_choice: Any
+) -> None:
+    # These packaged templates render no tools: the guide's schema makes the reply a call.
+    client, engine = await make_client(tokenizer_dir=build_family_model(family), reply=lambda req, i: CALL)
+    body = {
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": TOOLS,
+        "tool_choice": tool_choice,
+    }
+    r = await client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    validate("CreateChatCompletionResponse", r.json())
+    (call,) = r.json()["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+    guide_type, guide = engine.requests[0].guide  # type: ignore[misc]
+    assert guide_type == "json_schema" and "get_weather" in guide
+    # auto is still refused: the model would never know the tool exists.
+    r = await client.post("/v1/chat/completions", json={**body, "tool_choice": "auto"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+
+
+@pytest.mark.parametrize("family", ["gemma3", "llama2"])
+async def test_a_forced_tool_choice_on_such_a_template_works_on_messages_and_responses(
+    make_client: MakeClient, family: str
+) -> None:
+    client, _ = await make_client(tokenizer_dir=build_family_model(family), reply=lambda req, i: CALL)
+    user = [{"role": "user", "content": "weather?"}]
+    anthropic_tool = {"name": "get_weather", "input_schema": {"type": "object"}}
+    for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
+        r = await client.post(
+            "/v1/messages",
+            json={
+                "model": "tiny",
+                "max_tokens": 32,
+                "messages": user,
+                "tools": [anthropic_tool],
+                "tool_choice": choice,
+            },
+        )
+        assert r.status_code == 200, r.text
+        (block,) = [b for b in r.json()["content"] if b["type"] == "tool_use"]
+        assert block["name"] == "get_weather" and block["input"] == {"city": "Paris"}
+        assert r.json()["stop_reason"] == "tool_use"
+    responses_tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+    for choice in ("required", {"type": "function", "name": "get_weather"}):
+        r = await client.post(
+            "/v1/responses",
+            json={"model": "tiny", "input": "weather?", "tools": [responses_tool], "tool_choice": choice},
+        )
+        assert r.status_code == 200, r.text
+        (call,) = [item for item in r.json()["output"] if item["type"] == "function_call"]
+        assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}

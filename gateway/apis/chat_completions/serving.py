@@ -65,6 +65,7 @@ class ChatCompletionsService(GenerationService):
             structured_outputs=body.structured_outputs,
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
+            template_renders_tools=runtime.tokenizer.renders_tools,
         )
         messages = template_messages(runtime, [_template_message(m, i) for i, m in enumerate(body.messages)])
         template_kwargs = dict(body.chat_template_kwargs or {})

@@ -79,6 +79,7 @@ class MessagesService(GenerationService):
             structured_outputs=structured_outputs,
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
+            template_renders_tools=runtime.tokenizer.renders_tools,
         )
         kwargs = chat.template_kwargs()
         if plan.template_tools is not None:

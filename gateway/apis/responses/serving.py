@@ -247,6 +247,7 @@ class ResponsesService(GenerationService):
                 structured_outputs=structured,
                 model_tool_format=runtime.config.tool_parser,
                 guided_decoding=runtime.engine.info.guided_decoding,
+                template_renders_tools=runtime.tokenizer.renders_tools,
             )
         except GatewayError as exc:
             raise _renamed(exc) from None

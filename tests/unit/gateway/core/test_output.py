@@ -95,3 +95,31 @@ def test_a_forced_call_is_planned_as_one_with_its_function_when_it_is_known() ->
         plan(tools=[WEATHER], tool_choice="required", guided_decoding=False)
     assert refused.value.param == "tool_choice"
     assert json.loads(named.guide[1])["properties"]["name"] == {"type": "string", "enum": ["get_time"]}
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}]
+)
+@pytest.mark.parametrize("tool_format", ["none", "hermes"])
+def test_a_forced_call_on_a_template_without_tools_is_guided_and_renders_no_tools(
+    tool_choice: Any, tool_format: str
+) -> None:
+    out = plan(
+        tools=[WEATHER],
+        tool_choice=tool_choice,
+        model_tool_format=tool_format,
+        template_renders_tools=False,
+    )
+    assert out.template_tools is None
+    assert out.forced and out.tool_format == "json"
+    assert out.guide is not None and out.guide[0] == "json_schema"
+    assert "get_weather" in out.guide[1]
+    # The same choice on a template that renders tools shows them to the model too.
+    shown = plan(tools=[WEATHER], tool_choice=tool_choice, model_tool_format=tool_format)
+    assert shown.template_tools is not None and shown.guide == out.guide
+
+
+def test_auto_on_a_template_without_tools_still_hands_them_to_the_template() -> None:
+    # The template (and so the tokenizer's 400) decides: the model would never see the tools.
+    out = plan(tools=[WEATHER], tool_choice="auto", template_renders_tools=False)
+    assert out.template_tools is not None and not out.forced
