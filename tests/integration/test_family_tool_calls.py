@@ -12,6 +12,7 @@ replies start inside the think block) it is still a call, also when the token li
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 
 from gateway.text.tokenizer import Tokenizer
 from tests.integration.conftest import TritonStack, family_model_spec
+from tests.support.client_venv import client_python
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -115,6 +117,9 @@ def gateway(triton_stack: TritonStack, tmp_path_factory: pytest.TempPathFactory)
             tool_parser="llama3_json",
             chat_template=str(TEMPLATES / "llama3_1_json_tools.jinja"),
         ),
+        # Their packaged templates render no tools and they have no call format of their own.
+        family_model_spec(triton_stack, "gemma3", name="gemma3"),
+        family_model_spec(triton_stack, "llama2", name="llama2"),
     ]
     args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning"]
     for spec in specs:
@@ -656,3 +661,53 @@ def test_a_forced_call_with_deepseek_r1s_parser_is_a_call_on_every_api(
     )
     assert [b.name for b in reply.content if b.type == "tool_use"] == ["get_weather"]
     assert not [b for b in reply.content if b.type in ("text", "thinking")]
+
+
+# instructor in its own venv: its pins (jiter<0.15, rich<15) cannot share the project's environment.
+INSTRUCTOR = ("instructor==1.17.0",)
+INSTRUCTOR_SCRIPT = """
+import sys
+from typing import Literal
+
+import instructor
+import openai
+from pydantic import BaseModel
+
+
+class Forecast(BaseModel):
+    city: Literal["Paris", "Tokyo"]
+    days: Literal[1, 2, 3]
+
+
+client = instructor.from_openai(
+    openai.OpenAI(base_url=sys.argv[1], api_key="unused", max_retries=0), mode=instructor.Mode.TOOLS
+)
+forecast = client.chat.completions.create(
+    model=sys.argv[2],
+    response_model=Forecast,
+    messages=[{"role": "user", "content": "What is the weather in Paris for the next 3 days?"}],
+    max_tokens=64,
+    temperature=0,
+    max_retries=0,
+)
+assert isinstance(forecast, Forecast)
+print(forecast.model_dump_json())
+"""
+
+
+@pytest.mark.parametrize("model", ["gemma3", "llama2"])
+def test_instructor_tools_mode_returns_a_validated_object_on_a_template_without_tools(
+    gateway: GatewayProcess, model: str
+) -> None:
+    """instructor's Mode.TOOLS forces a call to its response model's function: served by guided
+    decoding on packaged templates that render no tools (Gemma 3's, Llama 2's)."""
+    python = client_python("instructor", INSTRUCTOR)
+    out = subprocess.run(
+        [str(python), "-c", INSTRUCTOR_SCRIPT, gateway.base_url + "/v1", model],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    forecast = json.loads(out.stdout)
+    assert forecast["city"] in ("Paris", "Tokyo") and forecast["days"] in (1, 2, 3)
