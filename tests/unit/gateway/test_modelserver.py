@@ -130,3 +130,29 @@ def test_the_newest_sample_wins_and_the_first_of_equals() -> None:
     assert (triton.waiting_queue_size, triton.running_requests_size) == (4, 2)
     assert triton.kv_cache_usage_percent == 0.25
     assert (triton.cache_block_size, triton.cache_num_blocks) == (64, 100)
+
+
+# --- the settings ---------------------------------------------------------------------------------
+
+
+def test_objective_priorities_and_triton_metrics_urls_parse_from_flags_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pydantic import ValidationError
+
+    from gateway.config import Settings
+
+    assert Settings(objective_priorities="interactive=10, batch=-10").objective_priorities == {
+        "interactive": 10,
+        "batch": -10,
+    }
+    monkeypatch.setenv("GATEWAY_OBJECTIVE_PRIORITIES", '{"a": 3}')
+    monkeypatch.setenv("GATEWAY_TRITON_METRICS_URL", "http://t-0:8002/metrics,http://t-1:8002/metrics")
+    settings = Settings()
+    assert settings.objective_priorities == {"a": 3}
+    assert settings.triton_metrics_url == ["http://t-0:8002/metrics", "http://t-1:8002/metrics"]
+    for bad in ({"objective_priorities": "interactive"}, {"objective_priorities": "a=high"}):
+        with pytest.raises(ValidationError):
+            Settings(**bad)
+    with pytest.raises(ValidationError, match="expected http://HOST:PORT/metrics"):
+        Settings(triton_metrics_url=["t-0:8002"])
