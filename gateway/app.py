@@ -339,9 +339,12 @@ def _model_server_metrics(
         engines = []
         for runtime in registry:
             names = [runtime.config.engine_model, runtime.config.triton_model]
-            with contextlib.suppress(GatewayError):  # not introspected yet: the configured names
-                names.insert(0, runtime.engine.info.model)
+            # As vLLM with LoRA enabled: a model that takes adapters has the LoRA series, lists empty or not.
             lora = runtime.name in adapted or bool(settings.lora_dynamic_roots)
+            with contextlib.suppress(GatewayError):  # not introspected yet: the configured names
+                info = runtime.engine.info
+                names.insert(0, info.model)
+                lora = lora or info.lora
             engines.append(ServedEngine(runtime.name, tuple(n for n in names if n), lora=lora))
         return engines
 

@@ -60,7 +60,7 @@ FAMILIES: Final[dict[str, tuple[tuple[str, ...], str]]] = {
         (MODEL_LABEL, MAX_LORA, WAITING_ADAPTERS, RUNNING_ADAPTERS),
         "Model-server protocol: the LoRA adapters of admitted and of waiting requests (comma-separated) "
         "and the most the engine holds at once, in labels; the value is when the lists last changed "
-        "(Unix time). Only for models served with adapters.",
+        "(Unix time). Only for models whose engine takes adapters.",
     ),
 }
 
@@ -104,7 +104,7 @@ class ServedEngine:
 
     name: str
     triton_models: tuple[str, ...]
-    # Whether LoRA adapters are served over it (then it has a LoRA series, empty lists or not).
+    # Whether it takes LoRA adapters (then it has a LoRA series, empty lists or not).
     lora: bool = False
 
 

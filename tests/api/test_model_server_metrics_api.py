@@ -155,18 +155,27 @@ async def test_an_adapter_only_waiting_is_listed_as_waiting(make_client: MakeCli
 async def test_without_triton_metrics_kv_and_cache_are_absent_and_the_epp_says_so(
     make_client: MakeClient, triton_metrics: FakeTritonMetrics
 ) -> None:
-    client, _ = await make_client()
+    client, _ = await make_client(lora=False)
     text = (await client.get("/metrics")).text
     found = epp_metrics.extract(text)
     assert (found.waiting_queue_size, found.running_requests_size) == (0, 0)
     assert found.kv_cache_usage_percent is None and found.cache_block_size is None
-    # No adapters served: no LoRA series, which the EPP takes without an error.
+    # An engine that takes no adapters: no LoRA series, which the EPP takes without an error.
     assert found.active_models is None
     assert sorted(found.errors) == [
         "metric family 'vllm:cache_config_info' not found",
         "metric family 'vllm:kv_cache_usage_perc' not found",
     ]
     assert 'vllm:num_requests_waiting{model_name="tiny"} 0.0' in text
+
+
+async def test_an_engine_that_takes_adapters_has_the_lora_series_before_any_is_served(
+    make_client: MakeClient,
+) -> None:
+    client, _ = await make_client(settings={"lora_max_running": 3})
+    await client.post("/v1/completions", json=_body("tiny"))  # the engine is introspected by now
+    found = await _read(client)
+    assert found.active_models == set() and found.waiting_models == set() and found.max_active_models == 3
 
 
 async def test_triton_is_read_at_most_once_per_cache_period(
