@@ -39,6 +39,7 @@ from gateway.http.services import Services
 from gateway.logs import Repeating
 from gateway.lora import Adapter, AdapterStore
 from gateway.metrics import GatewayMetrics
+from gateway.modelserver import EngineLoads, LoadKey, ModelLoad, ModelServerCollector, ServedEngine
 from gateway.ratelimit import KeyLimits, Limits, open_limiter
 from gateway.text.tokenizer import Tokenizer
 
@@ -149,6 +150,8 @@ def create_app(
     """`tokenizers`: already loaded (the CLI loads them before it binds the port, to refuse a bad
     directory with one line); the others are loaded by the lifespan."""
     metrics = GatewayMetrics()
+    served_models: list[ModelRegistry] = []  # the registry, once the lifespan has built it
+    model_load, model_server = _model_server_metrics(settings, metrics, served_models)
     loaded = dict(tokenizers or {})
     triton = TritonEngines(settings, metrics) if engine_factory is None else None
     factory: EngineFactory = engine_factory or triton  # type: ignore[assignment]
@@ -165,6 +168,7 @@ def create_app(
                 ModelRuntime(model, tokenizer, factory(model), int(time.time()), reply_encoding=encoding)
             )
         registry = ModelRegistry(runtimes)
+        served_models.append(registry)
         store = AdapterStore(
             settings.lora_max_bytes, on_load=lambda a: metrics.lora_loads.labels(a.name).inc()
         )
@@ -215,6 +219,7 @@ def create_app(
                 await runtime.engine.close()
             if triton is not None:
                 await triton.close()
+            await model_server.close()
             if limiter is not None:
                 await limiter.close()
 
@@ -232,6 +237,7 @@ def create_app(
     services = Services()
     services.add(settings)
     services.add(metrics)
+    services.add(model_server)
     app.state.services = services
     install_error_handlers(app, error_shape)
     for api in APIS:
@@ -248,6 +254,8 @@ def create_app(
         metrics=metrics,
         paths=generation_paths(app.routes),
         key_priorities=settings.key_priorities(),
+        objective_priorities=settings.objective_priorities,
+        load=model_load,
     )
     keys = settings.accepted_keys()
     if keys:
@@ -303,6 +311,52 @@ def create_app(
         tracing=settings.tracing and tracing.enabled(),
     )
     return app
+
+
+def _model_server_metrics(
+    settings: Settings, metrics: GatewayMetrics, served_models: list[ModelRegistry]
+) -> tuple[ModelLoad, ModelServerCollector]:
+    """The model-server protocol's gauges on /metrics (gateway.modelserver), over the registry the
+    lifespan builds (`served_models` holds it once built) and, where configured, Triton's metrics."""
+
+    def resolve(name: str) -> LoadKey | None:
+        if not served_models:
+            return None
+        registry = served_models[0]
+        if registry.base(name) is not None:
+            return (name, None)
+        base, sep, adapter_name = name.partition(":")
+        adapter = registry.adapter(adapter_name if sep else name)
+        if adapter is None or adapter.parent is None or (sep and adapter.parent != base):
+            return None
+        return (adapter.parent, adapter.name)
+
+    def served() -> list[ServedEngine]:
+        if not served_models:
+            return []
+        registry = served_models[0]
+        adapted = {a.parent for a in registry.adapters}
+        engines = []
+        for runtime in registry:
+            names = [runtime.config.engine_model, runtime.config.triton_model]
+            # As vLLM with LoRA enabled: a model that takes adapters has the LoRA series, lists empty or not.
+            lora = runtime.name in adapted or bool(settings.lora_dynamic_roots)
+            with contextlib.suppress(GatewayError):  # not introspected yet: the configured names
+                info = runtime.engine.info
+                names.insert(0, info.model)
+                lora = lora or info.lora
+            engines.append(ServedEngine(runtime.name, tuple(n for n in names if n), lora=lora))
+        return engines
+
+    engines: EngineLoads | None = None
+    if settings.triton_metrics_url:
+        from gateway.triton.metrics import TritonMetrics
+
+        engines = TritonMetrics(settings.triton_metrics_url, cache_s=settings.triton_metrics_cache_s)
+    load = ModelLoad(resolve)
+    collector = ModelServerCollector(load, served, engines, max_lora=settings.lora_max_running)
+    metrics.add_collector(collector)
+    return load, collector
 
 
 def _freeze_startup_heap() -> None:

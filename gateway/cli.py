@@ -25,6 +25,8 @@ from gateway.text.tool_calls.registry import MODEL_FORMATS
 _METAVARS = {
     "triton_url": "HOST:PORT",
     "triton_http_url": "URL",
+    "triton_metrics_url": "URL",
+    "objective_priorities": "NAME=PRIORITY[,NAME=PRIORITY]",
     "lora_modules": "NAME=PATH[,base=MODEL][,server_path=PATH]",
     "lora_dynamic_roots": "DIR",
     "admin_api_keys": "KEY",
@@ -39,7 +41,7 @@ _METAVARS = {
 # `gateway check` reads only these; the serving flags would be ignored there.
 CHECK_SETTINGS = ("triton_url", "triton_http_url", "models", "config_file", "triton_connect_timeout_s")
 # What `gateway dev` sets itself.
-DEV_SKIPS = ("models", "triton_url", "triton_http_url")
+DEV_SKIPS = ("models", "triton_url", "triton_http_url", "triton_metrics_url")
 
 
 class _Parser(argparse.ArgumentParser):

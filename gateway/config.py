@@ -266,6 +266,30 @@ class Settings(BaseSettings):
         "generation streams over Triton's HTTP generate_stream, about a third of gRPC's client CPU per "
         "token; model configs, readiness, stop requests and top log probabilities stay on gRPC.",
     )
+    triton_metrics_url: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Triton metrics URL(s), http://HOST:PORT/metrics (Triton's --metrics-port, 8002): "
+        "its queue and KV-cache gauges join the model-server metrics on /metrics that an Inference "
+        "Gateway endpoint picker reads; none: those report what the gateway knows alone.",
+    )
+    triton_metrics_cache_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How long a read of Triton's metrics serves the scrapes of /metrics that follow.",
+    )
+    lora_max_running: int | None = Field(
+        default=None,
+        ge=1,
+        description="The most LoRA adapters the engine holds at once (its LoRA cache in adapters), "
+        "reported as max_lora to an Inference Gateway endpoint picker; none: not reported.",
+    )
+    objective_priorities: Annotated[dict[str, int], NoDecode] = Field(
+        default_factory=dict,
+        description="Inference Gateway InferenceObjective priorities by objective name (higher is more "
+        "urgent, as the objectives set them): a request naming one in its x-llm-d-inference-objective "
+        "header is admitted at the negated priority unless its body sets one; NAME=PRIORITY, "
+        "comma-separated.",
+    )
     models: Annotated[list[ServedModel], NoDecode] = Field(
         default_factory=list,
         description="Served models, each as name=NAME,tokenizer=DIR,... (in the environment: "
@@ -535,6 +559,7 @@ class Settings(BaseSettings):
     @field_validator(
         "triton_url",
         "triton_http_url",
+        "triton_metrics_url",
         "api_keys",
         "cors_origins",
         "lora_dynamic_roots",
@@ -562,6 +587,30 @@ class Settings(BaseSettings):
     @classmethod
     def _check_http_urls(cls, value: list[str]) -> list[str]:
         return [check_triton_http_url(u) for u in value]
+
+    @field_validator("objective_priorities", mode="before")
+    @classmethod
+    def _split_objectives(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("{"):
+            return json.loads(text)
+        pairs = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, sep, priority = item.partition("=")
+            if not sep or not name.strip():
+                raise ValueError(f"{item!r}: expected NAME=PRIORITY")
+            pairs[name.strip()] = priority.strip()
+        return pairs
+
+    @field_validator("triton_metrics_url")
+    @classmethod
+    def _check_metrics_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"Triton metrics URL {url!r}: expected http://HOST:PORT/metrics")
+        return value
 
     @model_validator(mode="after")
     def _http_urls_pair_with_grpc_urls(self) -> Settings:

@@ -25,6 +25,8 @@ from gateway.invocation import gateway_command
 from gateway.server import StartupError, check_port_free, load_tokenizers, run_server
 from gateway.text.tokenizer import check_tokenizer_files
 
+DEV_LORA_CACHE_ADAPTERS = 8
+
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 600
@@ -175,9 +177,17 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
             chat_template=args.chat_template,
             default_max_tokens=DEV_DEFAULT_MAX_TOKENS,
         )
-        settings = settings.model_copy(
-            update={"models": [served], "triton_url": [ready["grpc"]], "triton_http_url": [ready["http"]]}
-        )
+        update: dict[str, object] = {
+            "models": [served],
+            "triton_url": [ready["grpc"]],
+            "triton_http_url": [ready["http"]],
+            # The stack's queue and KV-cache gauges join the model-server metrics on /metrics.
+            "triton_metrics_url": [ready["metrics"]],
+        }
+        if args.engine == "cpp" and settings.lora_max_running is None:
+            # The CPU engine's LoRA cache: deploy/model_repo.py's lora_cache_adapters default.
+            update["lora_max_running"] = DEV_LORA_CACHE_ADAPTERS
+        settings = settings.model_copy(update=update)
         tokenizers = load_tokenizers(settings)
         base = f"http://{settings.host}:{settings.port}"
         banner = ready_banner(

@@ -61,6 +61,8 @@ class GatewayMetrics:
     def __init__(self) -> None:
         # Keyed by served model name (only configured models reach a timer, so this stays small).
         self._models: dict[str, ModelSeries] = {}
+        # Collectors computed at each scrape (the model-server metrics), in every exposition.
+        self._collectors: list[Any] = []
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -212,10 +214,17 @@ class GatewayMetrics:
             self._models[name] = series
         return series
 
+    def add_collector(self, collector: Any) -> None:
+        self._collectors.append(collector)
+        self.registry.register(collector)
+
     def exposition(self) -> bytes:
         if multiprocess_dir():
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
+            # What a collector computes is this worker's (docs/deploy/inference-gateway.md).
+            for collector in self._collectors:
+                registry.register(collector)
             return generate_latest(registry)
         return generate_latest(self.registry)
 

@@ -102,6 +102,11 @@ def metrics_table() -> str:
     for metric in metric_families(GatewayMetrics()):
         labels = ", ".join(f"`{label}`" for label in metric["labels"]) or "none"
         rows.append(f"| `{metric['name']}` | {metric['type']} | {labels} | {_cell(metric['help'])} |")
+    from gateway.modelserver import FAMILIES
+
+    for name, (label_names, text) in FAMILIES.items():
+        labels = ", ".join(f"`{label}`" for label in label_names)
+        rows.append(f"| `{name}` | gauge | {labels} | {_cell(text)} |")
     return "\n".join(rows)
 
 

@@ -21,6 +21,7 @@ from starlette.requests import HTTPConnection
 
 from gateway.errors import OverloadedError
 from gateway.logs import current_request
+from gateway.modelserver import LoadKey, ModelLoad
 
 # Why a request was refused: the queue was full of requests at least as urgent, a more urgent
 # request took its place in the queue, or it waited longer than the queue timeout.
@@ -192,14 +193,23 @@ class Ticket:
     used by the route once it knows the priority. The middleware releases it when the response
     (the whole stream) is done."""
 
-    __slots__ = ("_events", "_queue", "_retry_after", "default_priority", "held", "priority")
+    __slots__ = ("_events", "_key", "_load", "_queue", "_retry_after", "default_priority", "held", "priority")
 
     def __init__(
-        self, queue: AdmissionQueue, *, default_priority: int, retry_after_s: int, events: AdmissionEvents
+        self,
+        queue: AdmissionQueue,
+        *,
+        default_priority: int,
+        retry_after_s: int,
+        events: AdmissionEvents,
+        load: ModelLoad | None = None,
     ) -> None:
         self._queue = queue
         self._events = events
         self._retry_after = retry_after_s
+        # Requests per served model (the model-server metrics): counted while waiting and held.
+        self._load = load
+        self._key: LoadKey | None = None
         self.default_priority = default_priority
         self.priority: int | None = None
         self.held = False
@@ -213,14 +223,24 @@ class Ticket:
         record = current_request.get()
         if record is not None:
             record.priority = priority
+        load = self._load
+        key = load.key(getattr(body, "model", None)) if load is not None else None
         start = time.perf_counter()
+        if load is not None and key is not None:
+            load.queued(key, 1)
         try:
             await self._queue.acquire(priority, on_displaced=self._displaced)
         except Shed as exc:
             if exc.reason != "displaced":  # a displaced waiter was counted by its displacer
                 self._events.shed(priority, exc.reason)
             raise self.overloaded() from None
+        finally:
+            if load is not None and key is not None:
+                load.queued(key, -1)
         self.held = True
+        if load is not None and key is not None:
+            self._key = key
+            load.running(key, 1)
         self._events.admitted(priority, time.perf_counter() - start)
 
     def _displaced(self, priority: int) -> None:
@@ -230,6 +250,9 @@ class Ticket:
         if self.held:
             self.held = False
             self._queue.release()
+            if self._key is not None and self._load is not None:
+                self._load.running(self._key, -1)
+                self._key = None
 
     def overloaded(self) -> OverloadedError:
         return OverloadedError(

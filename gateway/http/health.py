@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.core.readiness import Readiness
 from gateway.http.services import service
 from gateway.metrics import GatewayMetrics
+from gateway.modelserver import ModelServerCollector
 
 router = APIRouter()
 
@@ -32,4 +33,6 @@ async def ready(request: Request) -> JSONResponse:
 
 @router.api_route("/metrics", methods=["GET", "HEAD"], include_in_schema=False)
 async def metrics(request: Request) -> Response:
+    # Triton's gauges for the model-server metrics: read here (cached), as collecting is synchronous.
+    await service(request, ModelServerCollector).refresh()
     return Response(service(request, GatewayMetrics).exposition(), media_type=CONTENT_TYPE_LATEST)

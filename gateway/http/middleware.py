@@ -29,6 +29,7 @@ from gateway.http.admission import (
 )
 from gateway.logs import ACCESS_LOGGER, RequestRecord, current_request
 from gateway.metrics import GatewayMetrics
+from gateway.modelserver import ModelLoad
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 # Names the request body's fields the gateway ignored (unknown to it, or defined by OpenAI but
@@ -175,8 +176,13 @@ class AdmissionMiddleware:
         queue_timeout_s: float,
         metrics: GatewayMetrics,
         key_priorities: Mapping[str, int] | None = None,
+        objective_priorities: Mapping[str, int] | None = None,
+        load: ModelLoad | None = None,
     ) -> None:
         self.app = app
+        self._load = load
+        # InferenceObjective priorities (higher is more urgent) as admission priorities (lower is).
+        self._objectives = {k.encode(): -p for k, p in (objective_priorities or {}).items()}
         # The generation routes' paths, taken from the app's routes (routing.generation_paths).
         self._paths = paths
         self._events = _AdmissionMetrics(metrics)
@@ -198,14 +204,34 @@ class AdmissionMiddleware:
             # The key middleware, outside this one, has already refused an unknown key.
             key = presented_key(scope["headers"])
             default = self._key_priorities.get(key, 0) if key else 0
+        if self._objectives:
+            objective = _objective(scope["headers"])
+            if objective in self._objectives:
+                default = self._objectives[objective]
         ticket = Ticket(
-            self._queue, default_priority=default, retry_after_s=self._retry_after, events=self._events
+            self._queue,
+            default_priority=default,
+            retry_after_s=self._retry_after,
+            events=self._events,
+            load=self._load,
         )
         scope[TICKET_KEY] = ticket
         try:
             await self.app(scope, receive, send)
         finally:
             ticket.release()
+
+
+# The header an Inference Gateway request names its InferenceObjective in (llm-d-router's
+# pkg/epp/metadata/consts.go, v0.9.0), and the Gateway API Inference Extension's older name.
+OBJECTIVE_HEADERS = (b"x-llm-d-inference-objective", b"x-gateway-inference-objective")
+
+
+def _objective(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name in OBJECTIVE_HEADERS:
+            return value.strip()
+    return None
 
 
 class _AdmissionMetrics(AdmissionEvents):

@@ -6,7 +6,8 @@ The manifests are built by a small Python implementation of the kustomize featur
 kubernetes-validate (strict: unknown fields are errors). The ServiceMonitor is a CRD that
 kubernetes-validate does not know: it is checked against SERVICE_MONITOR_SCHEMA below, written from
 prometheus-operator's CRD (monitoring.coreos.com/v1) for the fields used here and stricter than the
-CRD (which would silently prune a misspelt field).
+CRD (which would silently prune a misspelt field); the Inference Gateway overlay's custom resources
+likewise against crd_schemas (from the pinned releases' CRDs), and its tests are at the end.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 import yaml
 
 from gateway.config import Settings
+from tests.unit.deploy import crd_schemas
 
 REPO = Path(__file__).resolve().parents[3]
 K8S = REPO / "deploy" / "k8s"
@@ -257,6 +259,8 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
 def validate(doc: Doc, version: str) -> None:
     if doc["apiVersion"] == "monitoring.coreos.com/v1":
         jsonschema.validate(doc, SERVICE_MONITOR_SCHEMA)
+    elif doc["apiVersion"] in crd_schemas.BY_API_VERSION:
+        jsonschema.validate(doc, crd_schemas.BY_API_VERSION[doc["apiVersion"]])
     else:
         kubernetes_validate.validate(doc, version, strict=True)
 
@@ -510,3 +514,175 @@ def test_scale_out_routes_by_prefix_and_shares_state_through_its_own_server() ->
     assert server["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
     # Only the scale-out overlay has one.
     assert all(d["metadata"]["name"] != "valkey" for d in BUILT["single-gpu"])
+
+
+# --- the Inference Gateway overlay ----------------------------------------------------------------
+
+IG_PATH = K8S / "overlays" / "inference-gateway"
+IG = build(IG_PATH)
+EPP_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker"
+
+
+def test_inference_gateway_python_build_equals_kustomize_build() -> None:
+    command = kustomize_command()
+    if command is None:
+        pytest.skip(
+            "neither kustomize nor kubectl is installed: the overlay is checked from the Python build"
+        )
+    result = subprocess.run([*command, str(IG_PATH)], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert by_key([d for d in yaml.safe_load_all(result.stdout) if d]) == by_key(IG)
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_inference_gateway_objects_validate_strictly(version: str) -> None:
+    kinds = {d["kind"] for d in IG}
+    assert {"InferencePool", "InferenceObjective", "HTTPRoute", "HorizontalPodAutoscaler"} <= kinds
+    for doc in IG:
+        validate(doc, version)
+    jsonschema.validate(epp_config(), crd_schemas.ENDPOINT_PICKER_CONFIG)
+
+
+def test_the_custom_resource_schemas_reject_misspelt_and_invalid_fields() -> None:
+    pool = copy.deepcopy(one(IG, "InferencePool", "trtllm"))
+    pool["spec"]["targetPort"] = pool["spec"].pop("targetPorts")
+    objective = copy.deepcopy(next(d for d in IG if d["kind"] == "InferenceObjective"))
+    objective["spec"]["priority"] = "high"
+    route = copy.deepcopy(one(IG, "HTTPRoute", "trtllm"))
+    route["spec"]["rules"][0]["backendRefs"][0]["kind"] = "Inference Pool"
+    no_port = copy.deepcopy(one(IG, "InferencePool", "trtllm"))
+    del no_port["spec"]["endpointPickerRef"]["port"]
+    for doc in (pool, objective, route, no_port):
+        with pytest.raises(jsonschema.ValidationError):
+            validate(doc, KUBERNETES_VERSIONS[0])
+    config = epp_config()
+    config["plugins"][4]["parameters"]["prot"] = 9000
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(config, crd_schemas.ENDPOINT_PICKER_CONFIG)
+
+
+def model_server_settings() -> Settings:
+    deployment = one(IG, "Deployment", "model-server")
+    data = one(IG, "ConfigMap", mounted_volume(deployment, "gateway", "/etc/gateway")["configMap"]["name"])[
+        "data"
+    ]
+    return Settings.model_validate(yaml.safe_load(data["config.yaml"]))
+
+
+def epp_config() -> Doc:
+    epp = one(IG, "Deployment", "trtllm-epp")
+    args = container(epp, "epp")["args"]
+    path = Path(args[args.index("--config-file") + 1])
+    mount = mounted_volume(epp, "epp", str(path.parent))
+    config: Doc = yaml.safe_load(one(IG, "ConfigMap", mount["configMap"]["name"])["data"][path.name])
+    return config
+
+
+def test_the_pool_targets_the_gateway_beside_triton_in_each_pod() -> None:
+    deployment = one(IG, "Deployment", "model-server")
+    pod = deployment["spec"]["template"]
+    pool = one(IG, "InferencePool", "trtllm")
+    assert pool["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    gateway_ports = {p["name"]: p["containerPort"] for p in container(deployment, "gateway")["ports"]}
+    settings = model_server_settings()
+    assert [p["number"] for p in pool["spec"]["targetPorts"]] == [gateway_ports["http"]] == [settings.port]
+    # The gateway reaches its own Triton over localhost, and reads Triton's metrics port.
+    triton = {p["name"]: p["containerPort"] for p in container(deployment, "triton")["ports"]}
+    assert settings.triton_url == [f"127.0.0.1:{triton['triton-grpc']}"]
+    assert settings.triton_http_url == [f"http://127.0.0.1:{triton['triton-http']}"]
+    assert settings.triton_metrics_url == [f"http://127.0.0.1:{triton['triton-metrics']}/metrics"]
+    # One worker: the admission queue the metrics report is the pod's.
+    assert settings.workers == 1
+    assert container(deployment, "triton")["resources"]["limits"]["nvidia.com/gpu"] >= 1
+    assert container(deployment, "gateway")["readinessProbe"]["httpGet"] == {
+        "path": "/health/ready",
+        "port": "http",
+    }
+    (model,) = settings.models
+    engine = one(IG, "ConfigMap", "engine-config")["data"]
+    assert str(model.tokenizer) == engine["HF_MODEL_DIR"] and model.name == engine["MODEL_NAME"]
+
+
+def test_the_epp_is_pinned_and_configured_with_the_gateways_port_and_engine_type() -> None:
+    from gateway import modelserver
+    from tests.support import epp_metrics
+
+    epp = one(IG, "Deployment", "trtllm-epp")
+    image = container(epp, "epp")["image"]
+    assert image == f"{EPP_IMAGE}:v0.9.0"
+    config = epp_config()
+    plugins = {p["type"]: p for p in config["plugins"]}
+    pool = one(IG, "InferencePool", "trtllm")
+    assert plugins["metrics-data-source"]["parameters"]["port"] == pool["spec"]["targetPorts"][0]["number"]
+    assert plugins["metrics-data-source"]["parameters"]["path"] == "/metrics"
+    engine = plugins["core-metrics-extractor"]["parameters"]["defaultEngine"]
+    pod_labels = one(IG, "Deployment", "model-server")["spec"]["template"]["metadata"]["labels"]
+    assert engine == pod_labels[epp_metrics.ENGINE_LABEL] == "vllm"
+    # The names that engine type reads are the ones the gateway exports.
+    specs = epp_metrics.ENGINES[engine]
+    assert {specs.queued, specs.running, specs.kv_usage, specs.lora, specs.cache_info} == set(
+        modelserver.FAMILIES
+    )
+    scored = {ref["pluginRef"] for profile in config["schedulingProfiles"] for ref in profile["plugins"]}
+    assert {"queue-scorer", "kv-cache-utilization-scorer", "lora-affinity-scorer"} <= scored <= set(plugins)
+    # The pool names the EPP's Service and its ext-proc port, which reaches the container's.
+    ref = pool["spec"]["endpointPickerRef"]
+    service = one(IG, "Service", ref["name"])
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == ref["port"]["number"]]
+    ports = {p["name"]: p["containerPort"] for p in container(epp, "epp")["ports"]}
+    assert ports[port["targetPort"]] == ref["port"]["number"]
+    assert service["spec"]["selector"].items() <= epp["spec"]["template"]["metadata"]["labels"].items()
+    args = container(epp, "epp")["args"]
+    assert args[args.index("--pool-name") + 1] == pool["metadata"]["name"]
+    # It may read what it watches.
+    rules = one(IG, "Role", "trtllm-epp")["rules"]
+    readable = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {
+        ("", "pods"),
+        ("inference.networking.k8s.io", "inferencepools"),
+        ("llm-d.ai", "inferenceobjectives"),
+    } <= readable
+    assert epp["spec"]["template"]["spec"]["serviceAccountName"] == "trtllm-epp"
+
+
+def test_the_route_and_objectives_name_the_pool_and_objective_priorities_map_onto_the_gateways() -> None:
+    pool = one(IG, "InferencePool", "trtllm")["metadata"]["name"]
+    route = one(IG, "HTTPRoute", "trtllm")
+    (backend,) = [ref for rule in route["spec"]["rules"] for ref in rule["backendRefs"]]
+    assert (backend["group"], backend["kind"], backend["name"]) == (
+        "inference.networking.k8s.io",
+        "InferencePool",
+        pool,
+    )
+    objectives = {d["metadata"]["name"]: d["spec"] for d in IG if d["kind"] == "InferenceObjective"}
+    assert all(spec["poolRef"]["name"] == pool for spec in objectives.values())
+    assert model_server_settings().objective_priorities == {n: s["priority"] for n, s in objectives.items()}
+
+
+def test_the_pool_autoscales_on_requests_waiting_through_prometheus_adapter() -> None:
+    from gateway import modelserver
+
+    hpa = one(IG, "HorizontalPodAutoscaler", "model-server")
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "model-server",
+    }
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods"
+    rules = yaml.safe_load(one(IG, "ConfigMap", "prometheus-adapter-rules")["data"]["config.yaml"])["rules"]
+    (rule,) = [r for r in rules if r["name"]["as"] == metric["pods"]["metric"]["name"]]
+    assert rule["seriesQuery"].startswith(modelserver.WAITING + "{")
+    assert re.fullmatch(rule["name"]["matches"], modelserver.WAITING)
+    assert (
+        hpa["spec"]["minReplicas"]
+        <= one(IG, "Deployment", "model-server")["spec"]["replicas"]
+        <= hpa["spec"]["maxReplicas"]
+    )
+    # Prometheus scrapes the gateways the adapter reads, on the pool's port.
+    monitor = one(IG, "ServiceMonitor", "model-server")
+    service = one(IG, "Service", "model-server")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    assert port["port"] == one(IG, "InferencePool", "trtllm")["spec"]["targetPorts"][0]["number"]
