@@ -397,6 +397,15 @@ VARIABLES: Final[tuple[Variable, ...]] = (
         pattern=r"^([1-9]\d*)?$",
     ),
     Variable(
+        "gather_context_logits",
+        "bool",
+        "Whether the engine returns the prompt's logits (context_logits): for tensorrtllm, true only for "
+        "an engine built with trtllm-build --gather_context_logits; rendered as a model parameter the "
+        "gateway reads to score prompts (echo with logprobs, prompt_logprobs). The CPU engine always can.",
+        default=False,
+        backend_defaults=(("cpu", True),),
+    ),
+    Variable(
         "synthetic_prefill_ms_per_token",
         "float",
         "CPU engine, synthetic mode: milliseconds of context phase per prompt token not reused from the "

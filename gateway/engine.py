@@ -40,6 +40,8 @@ class TokenLogprob:
     # The output's first token (set by the core): where the text starts, a SentencePiece decoder
     # drops the token's leading space, and its text and bytes drop it too.
     starts_text: bool = False
+    # The token's rank in its distribution (1: the most likely), where the engine computed it.
+    rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +86,9 @@ class GenerationRequest:
     guide: tuple[str, str] | None = None
     # None: no log probabilities; k >= 0: each token's, with the k most likely alternatives.
     logprobs: int | None = None
+    # None: no prompt log probabilities; k >= 0: each prompt token's (the first has none), with the
+    # k most likely alternatives (needs EngineInfo.prompt_logprobs).
+    prompt_logprobs: int | None = None
     # OpenAI logit_bias as (token id, bias) pairs, and the model's vocabulary size for the vector.
     logit_bias: tuple[tuple[int, float], ...] = ()
     vocab_size: int = 0
@@ -118,6 +123,9 @@ class GenerationDelta:
     logprobs: tuple[TokenLogprob, ...] | None = None
     # Why the engine ended this sequence ("stop", "length"), on its last delta, when it says.
     finish_reason: str | None = None
+    # The prompt's log probabilities (one per prompt token, the first None), once per request on
+    # one of its deltas, when the request asked for them.
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +142,8 @@ class EngineInfo:
     guided_decoding: bool = False
     logprobs: bool = False
     top_logprobs: bool = False
+    # Whether the engine scores the prompt (context logits): echo with logprobs, prompt_logprobs.
+    prompt_logprobs: bool = False
     logit_bias: bool = False
     # Whether deltas carry `cached_tokens` (the engine reports its KV cache reuse), and its block size.
     cached_tokens: bool = False

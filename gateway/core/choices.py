@@ -225,6 +225,8 @@ class GenerationTotals:
     # Prompt tokens the engine took from its KV cache (None: it does not say). With several
     # engine requests for one prompt (n without native sequences), the fewest any of them reused.
     cached_tokens: int | None = None
+    # The prompt's log probabilities (the first None), when asked for and the engine has sent them.
+    prompt_logprobs: tuple[TokenLogprob | None, ...] | None = None
 
 
 async def run_generation(
@@ -241,6 +243,8 @@ async def run_generation(
                 totals.cached_tokens is None or delta.cached_tokens < totals.cached_tokens
             ):
                 totals.cached_tokens = delta.cached_tokens
+            if delta.prompt_logprobs is not None:
+                totals.prompt_logprobs = delta.prompt_logprobs
             choice = choices[delta.index]
             text = choice.feed(delta)
             if text or choice.done:

@@ -98,6 +98,8 @@ class PreparedRequest:
     forced_name: str | None = None
     # None: no log probabilities; k: with k alternatives per token.
     logprobs: int | None = None
+    # None: the prompt is not scored; k: each prompt token's log probability, k alternatives.
+    prompt_logprobs: int | None = None
 
     @property
     def choices(self) -> list[ChoiceState]:
@@ -289,6 +291,7 @@ def build_generation(
     first_index: int,
     guide: tuple[str, str] | None = None,
     logprobs: int | None = None,
+    prompt_logprobs: int | None = None,
     logit_bias: tuple[tuple[int, float], ...] = (),
     affinity: str | None = None,
     stream: bool = True,
@@ -323,6 +326,7 @@ def build_generation(
         end_token_strings=info.extra_end_tokens,
         guide=guide,
         logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
         logit_bias=logit_bias,
         vocab_size=runtime.vocab_size,
         affinity=affinity,

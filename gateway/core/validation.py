@@ -224,6 +224,7 @@ async def prompt_budget(
     prompt_param: str,
     limits: RequestLimits,
     ceiling: int | None = None,
+    need_ids: bool = False,
 ) -> tuple[list[int] | None, int]:
     """The prompt's token ids and the request's max_tokens, checked against every limit.
 
@@ -235,10 +236,11 @@ async def prompt_budget(
     When the engine does not need the ids and an upper bound on their count already proves every
     limit holds and fixes max_tokens, the ids are None: the request goes out first and the prompt
     is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
-    errors included. A long prompt is encoded off the event loop (Tokenizer.encode_async)."""
+    errors included. A long prompt is encoded off the event loop (Tokenizer.encode_async).
+    `need_ids`: the caller needs the ids whatever the engine does (to score the prompt)."""
     how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
     text, add_special_tokens = engine_prompt(runtime, prompt)
-    bounded = _bounded_budget(runtime, text, add_special_tokens, how)
+    bounded = None if need_ids else _bounded_budget(runtime, text, add_special_tokens, how)
     if bounded is not None:
         return None, bounded
     ids = await runtime.tokenizer.encode_async(text, add_special_tokens=add_special_tokens)
@@ -337,6 +339,23 @@ def logprobs_requested(
             "this model cannot return top alternatives (it needs return_generation_logits)", param=top_param
         )
     return top or 0
+
+
+def prompt_scoring(runtime: ModelRuntime, top: int | None, *, param: str) -> int | None:
+    """How many alternatives per prompt token the request asks for (None: the prompt is not
+    scored), checked against the engine: a model that cannot score its prompt is a 400 naming
+    the field that asked, never an answer without the prompt's log probabilities."""
+    if top is None:
+        return None
+    if not runtime.engine.info.prompt_logprobs:
+        raise UnsupportedParameterError(
+            f"`{param}` needs the prompt's log probabilities, which model {runtime.name!r} cannot "
+            "return: its engine returns no context logits (a TensorRT-LLM engine built with "
+            "--gather_context_logits, served on the engine route, with the `gather_context_logits` "
+            "model parameter set)",
+            param=param,
+        )
+    return top
 
 
 def token_options(

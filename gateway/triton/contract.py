@@ -47,6 +47,7 @@ RETURN_NUM_INPUT_TOKENS = "return_num_input_tokens"
 RETURN_NUM_OUTPUT_TOKENS = "return_num_output_tokens"
 RETURN_LOG_PROBS = "return_log_probs"
 RETURN_GENERATION_LOGITS = "return_generation_logits"
+RETURN_CONTEXT_LOGITS = "return_context_logits"
 GUIDE_TYPE = "guided_decoding_guide_type"
 GUIDE = "guided_decoding_guide"
 EMBEDDING_BIAS = "embedding_bias"
@@ -97,6 +98,7 @@ _SHARED: dict[str, tuple[str, ...]] = {
     RETURN_NUM_OUTPUT_TOKENS: ("return_num_output_tokens",),
     RETURN_LOG_PROBS: ("return_log_probs",),
     RETURN_GENERATION_LOGITS: ("return_generation_logits",),
+    RETURN_CONTEXT_LOGITS: ("return_context_logits",),
     RETURN_PERF_METRICS: ("return_perf_metrics",),
     GUIDE_TYPE: ("guided_decoding_guide_type",),
     GUIDE: ("guided_decoding_guide",),
@@ -124,9 +126,13 @@ NUM_INPUT_TOKENS = "num_input_tokens"
 NUM_OUTPUT_TOKENS = "num_output_tokens"
 OUTPUT_LOG_PROBS = "output_log_probs"
 GENERATION_LOGITS = "generation_logits"
+CONTEXT_LOGITS = "context_logits"
 KV_CACHE_REUSED_BLOCKS = "kv_cache_reused_blocks"
 # The engine model's parameter giving its KV cache block size (EngineSettings.tokens_per_block).
 TOKENS_PER_BLOCK_PARAMETER = "tokens_per_block"
+# The engine model's parameter saying its engine keeps the prompt's logits (trtllm-build
+# --gather_context_logits); without it a request for context logits fails in the engine.
+GATHER_CONTEXT_LOGITS_PARAMETER = "gather_context_logits"
 
 _NP_DTYPES: dict[int, type[np.generic]] = {
     mc.TYPE_BOOL: np.bool_,
@@ -167,6 +173,9 @@ class EngineSettings:
     # The engine's `lora_target_modules` as module ids, where its config declares them (the CPU
     # reference engine does; a TensorRT-LLM engine keeps them in its engine directory).
     lora_target_modules: tuple[int, ...] | None = None
+    # `gather_context_logits`: the engine was built to return the prompt's logits (the CPU
+    # reference engine always can); the tensors are declared either way.
+    context_logits: bool = False
 
 
 def parameters(config: mc.ModelConfig) -> dict[str, str]:
@@ -197,6 +206,7 @@ def engine_settings(
         exact_text_stream=(postprocessing or {}).get("text_output") == "token_bytes",
         tokens_per_block=_positive_int(engine.get(TOKENS_PER_BLOCK_PARAMETER, "")),
         lora_target_modules=parse_target_modules(engine.get("lora_target_modules", "")),
+        context_logits=engine.get(GATHER_CONTEXT_LOGITS_PARAMETER, "").lower() in _TRUE,
     )
 
 
@@ -267,6 +277,18 @@ class Contract:
         return self.logprobs and RETURN_GENERATION_LOGITS in self.inputs and GENERATION_LOGITS in self.outputs
 
     @property
+    def prompt_logprobs(self) -> bool:
+        """Whether the prompt can be scored: context logits returned by an engine built to keep them,
+        on the engine route, where the ids sent are the ids the logits' rows score (the ensemble
+        tokenizes the text again)."""
+        return (
+            self.route == "engine"
+            and self.settings.context_logits
+            and RETURN_CONTEXT_LOGITS in self.inputs
+            and CONTEXT_LOGITS in self.outputs
+        )
+
+    @property
     def logit_bias(self) -> bool:
         return EMBEDDING_BIAS in self.inputs
 
@@ -334,6 +356,7 @@ class Contract:
             guided_decoding=self.guided_decoding,
             logprobs=self.logprobs,
             top_logprobs=self.top_logprobs,
+            prompt_logprobs=self.prompt_logprobs,
             logit_bias=self.logit_bias,
             cached_tokens=self.reports_cached_tokens,
             tokens_per_block=self.tokens_per_block,

@@ -15,18 +15,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 import grpc
+import numpy as np
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2
 
 from gateway import tracing
 from gateway.asyncutil import merge
-from gateway.engine import Engine, EngineInfo, GenerationDelta, GenerationRequest, LoraTensors
+from gateway.engine import Engine, EngineInfo, GenerationDelta, GenerationRequest, LoraTensors, TokenLogprob
 from gateway.errors import EngineError, EngineUnavailableError, GatewayError, InvalidRequestError
 from gateway.routing.base import RouteRequest
 from gateway.triton import contract as c
 from gateway.triton.connection import TritonConnection, is_connection_failure, rpc_error
 from gateway.triton.http import HttpStatusError, StreamError, TransportError
 from gateway.triton.http import is_connection_failure as is_http_connection_failure
+from gateway.triton.logits import prompt_logprobs
 from gateway.triton.pool import Endpoint, TritonPool
 from gateway.triton.tensors import (
     ParsedResponse,
@@ -45,6 +47,16 @@ logger = logging.getLogger(__name__)
 # for a LoRA cache whose adapters are all in use (older, then newer wording).
 LORA_NOT_CACHED = "not found in cache. Please send LoRA weights with request"
 LORA_CACHE_FULL = ("Cache is full. There are no done tasks to evict", "PEFT Cache is full")
+
+
+async def _score_prompt(context: np.ndarray, request: GenerationRequest) -> tuple[TokenLogprob | None, ...]:
+    """The prompt's log probabilities from its context logits, off the event loop: a log-softmax
+    over [prompt tokens, vocab] takes milliseconds per thousand tokens."""
+    top = request.prompt_logprobs or 0
+    try:
+        return await asyncio.to_thread(prompt_logprobs, context, request.prompt_ids, top)
+    except ValueError as exc:
+        raise EngineError(f"the engine's context logits do not match the prompt: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,10 +307,11 @@ class TritonAdapter:
             return self._stream(contract, request, seed=seed, num_sequences=n, index=0)
         # No num_return_sequences: n independent requests, each with its own seed so that
         # sampled choices differ (and stay reproducible for a given request seed).
+        # The prompt is scored once, by the first of them.
         streams = [
             self._stream(
                 contract,
-                request,
+                request if i == 0 else replace(request, prompt_logprobs=None),
                 seed=None if seed is None else (seed + i) % 2**64,
                 num_sequences=1,
                 index=i,
@@ -341,6 +354,8 @@ class TritonAdapter:
             None if lora is None or not contract.lora else lora.task_id,
         )
         tried: list[Endpoint] = []
+        # The prompt's log probabilities, once the engine has returned its context logits.
+        scored = request.prompt_logprobs is None or not contract.prompt_logprobs
         # A LoRA request whose adapter the backend no longer holds goes again, once, with the
         # adapter's weights, to the same endpoint.
         lora_tensors: LoraTensors | None = None
@@ -390,6 +405,10 @@ class TritonAdapter:
                         first = False
                     if parsed.empty:
                         continue
+                    prompt = None
+                    if not scored and parsed.context_logits is not None:
+                        prompt = await _score_prompt(parsed.context_logits, request)
+                        scored = True
                     ids = parsed.token_ids
                     if ids is not None and strip:
                         ids = ids[strip:]
@@ -416,6 +435,11 @@ class TritonAdapter:
                         logprobs=token_logprobs(parsed, ids, request.logprobs)
                         if request.logprobs is not None
                         else None,
+                        prompt_logprobs=prompt,
+                    )
+                if not scored:
+                    raise EngineError(
+                        f"Triton model {self._model!r} returned no context logits to score the prompt"
                     )
                 return
             except EngineError as exc:

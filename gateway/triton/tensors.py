@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2
 from gateway.engine import GenerationRequest, LoraTensors, TokenLogprob
 from gateway.lora import cast_weights, config_columns
 from gateway.triton import contract as c
+from gateway.triton.logits import decode_logits, scored_tokens
 
 _U32 = struct.Struct("<I")
 
@@ -158,6 +159,9 @@ def _scalar_values(
         if request.logprobs > 0 and contract.top_logprobs:
             values[c.RETURN_GENERATION_LOGITS] = True
             outputs.append(c.GENERATION_LOGITS)
+    if request.prompt_logprobs is not None and contract.prompt_logprobs:
+        values[c.RETURN_CONTEXT_LOGITS] = True
+        outputs.append(c.CONTEXT_LOGITS)
     return values, outputs
 
 
@@ -254,12 +258,15 @@ _JSON_TYPE: dict[str, type] = {
 
 
 def json_request_fits(contract: c.Contract, request: GenerationRequest) -> bool:
-    """Whether Triton's HTTP generate_stream carries this request: not generation logits (top log
-    probabilities) nor a vocabulary-wide bias, which binary gRPC tensors carry far more cheaply,
-    nor a LoRA adapter (its weights, when the backend asks for them, are binary tensors too)."""
+    """Whether Triton's HTTP generate_stream carries this request: not generation or context logits
+    (top or prompt log probabilities) nor a vocabulary-wide bias, which binary gRPC tensors carry
+    far more cheaply, nor a LoRA adapter (its weights, when the backend asks for them, are binary
+    tensors too)."""
     if request.lora is not None:
         return False
     if request.logprobs is not None and request.logprobs > 0 and contract.top_logprobs:
+        return False
+    if request.prompt_logprobs is not None and contract.prompt_logprobs:
         return False
     return not (request.logit_bias and contract.logit_bias)
 
@@ -363,6 +370,8 @@ class ParsedResponse:
     # [tokens, vocab] rows of the generation logits, when asked for.
     logits: np.ndarray | None = None
     kv_cache_reused_blocks: int | None = None
+    # [prompt tokens, vocab] context logits, when asked for (on one response of the request).
+    context_logits: np.ndarray | None = None
 
 
 def _bytes_elements(raw: bytes) -> list[bytes]:
@@ -402,6 +411,7 @@ def parse_response(response: Any) -> ParsedResponse:
     seq_len: int | None = None
     log_probs: tuple[float, ...] | None = None
     logits: np.ndarray | None = None
+    context: np.ndarray | None = None
     reused: int | None = None
     for pos, output in enumerate(outputs):
         if pos >= count:
@@ -423,9 +433,9 @@ def parse_response(response: Any) -> ParsedResponse:
         elif name == c.OUTPUT_LOG_PROBS:
             log_probs = tuple(array("f", raw))
         elif name == c.GENERATION_LOGITS:
-            dtype = np.float16 if output.datatype == "FP16" else np.float32
-            vocab = int(output.shape[-1]) if output.shape else 0
-            logits = np.frombuffer(raw, dtype=dtype).reshape(-1, vocab) if vocab else None
+            logits = decode_logits(raw, output.datatype, int(output.shape[-1]) if output.shape else 0)
+        elif name == c.CONTEXT_LOGITS:
+            context = decode_logits(raw, output.datatype, int(output.shape[-1]) if output.shape else 0)
         elif name == c.KV_CACHE_REUSED_BLOCKS:
             reused = _int32(raw)
     text: bytes | None = None
@@ -436,7 +446,7 @@ def parse_response(response: Any) -> ParsedResponse:
             ids = ids[:seq_len]
     elif text_raw is not None:
         text = b"".join(_bytes_elements(text_raw))
-    return ParsedResponse(index, ids, text, n_out, n_in, final, False, log_probs, logits, reused)
+    return ParsedResponse(index, ids, text, n_out, n_in, final, False, log_probs, logits, reused, context)
 
 
 def _flat(value: Any) -> tuple[int, ...]:
@@ -490,23 +500,16 @@ def parse_json_response(obj: dict[str, Any], *, whole: bool) -> ParsedResponse:
 
 
 def token_logprobs(parsed: ParsedResponse, ids: tuple[int, ...] | None, top: int) -> tuple[TokenLogprob, ...]:
-    """Each new token's log probability (as the engine reports it) and, from the generation
-    logits, the `top` most likely alternatives by log-softmax."""
+    """Each new token's log probability and its `top` most likely alternatives. With generation
+    logits both come from one log-softmax of the token's row (so a chosen token equals its own
+    alternative entry exactly); without them, the engine's reported value."""
     if not ids:
         return ()
+    rows = parsed.logits
+    if top > 0 and rows is not None and len(rows) >= len(ids):
+        # The rows may span more than this response's tokens: the new tokens' rows are the last.
+        return tuple(scored_tokens(rows[len(rows) - len(ids) :], ids, top))
     values = parsed.log_probs or ()
     # output_log_probs may hold the whole padded row: the new tokens' values are the last ones.
     chosen = values[-len(ids) :] if len(values) >= len(ids) else (float("nan"),) * len(ids)
-    rows = parsed.logits
-    out = []
-    for pos, (token, logprob) in enumerate(zip(ids, chosen, strict=True)):
-        alternatives: tuple[tuple[int, float], ...] = ()
-        if top > 0 and rows is not None and pos < len(rows):
-            row = rows[len(rows) - len(ids) + pos].astype(np.float64)
-            shifted = row - row.max()
-            logsoftmax = shifted - np.log(np.exp(shifted).sum())
-            best = np.argpartition(-logsoftmax, min(top, len(row) - 1))[:top]
-            best = best[np.argsort(-logsoftmax[best], kind="stable")]
-            alternatives = tuple((int(i), float(logsoftmax[i])) for i in best)
-        out.append(TokenLogprob(int(token), float(logprob), alternatives))
-    return tuple(out)
+    return tuple(TokenLogprob(int(token), float(logprob)) for token, logprob in zip(ids, chosen, strict=True))

@@ -46,7 +46,8 @@ OUTSIDE_FLAGS = {
         "--build",
     },
     "convert_checkpoint.py": {"--use_weight_only"},
-    "trtllm-build": {"--lora_plugin", "--lora_dir"},
+    "trtllm-build": {"--lora_plugin", "--lora_dir", "--gather_context_logits"},
+    "lm_eval": {"--model_args", "--tasks", "--limit"},
     "py-spy": {"--gil"},
     "kubectl": {"--for", "--timeout", "--from-literal"},
     "mpirun": {"--allow-run-as-root", "--mca"},
@@ -70,6 +71,7 @@ OUTSIDE_PROGRAMS = frozenset(
         "grep",
         "export",
         "sudo",
+        "lm_eval",
     }
 )
 _FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_]*(?:-[a-z0-9_]+)*")

@@ -35,6 +35,8 @@ class FakeEngine:
     guided: bool = True
     # Whether the engine reports log probabilities (and alternatives); they are scripted values.
     logprobs: bool = True
+    # Whether it scores the prompt (scripted values, see scripted_prompt_logprobs).
+    prompt_logprobs: bool = True
     logit_bias: bool = True
     # Whether requests may carry a LoRA adapter.
     lora: bool = True
@@ -75,6 +77,7 @@ class FakeEngine:
             guided_decoding=self.guided,
             logprobs=self.logprobs,
             top_logprobs=self.logprobs,
+            prompt_logprobs=self.prompt_logprobs,
             logit_bias=self.logit_bias,
             needs_prompt_ids=self.needs_prompt_ids,
             cached_tokens=self.cached_tokens is not None,
@@ -98,6 +101,9 @@ class FakeEngine:
         self.started.set()
         sent = 0
         finished = False
+        prompt = None
+        if request.prompt_logprobs is not None:
+            prompt = scripted_prompt_logprobs(request.prompt_ids, request.prompt_logprobs)
         try:
             sequences = [self.output_ids(request, i) for i in range(request.num_sequences)]
             longest = max(len(s) for s in sequences)
@@ -120,8 +126,14 @@ class FakeEngine:
                         if request.logprobs is not None:
                             lps = (scripted_logprob(token, step, request.logprobs),)
                         yield GenerationDelta(
-                            index=index, token_ids=(token,), num_tokens=1, logprobs=lps, cached_tokens=cached
+                            index=index,
+                            token_ids=(token,),
+                            num_tokens=1,
+                            logprobs=lps,
+                            cached_tokens=cached,
+                            prompt_logprobs=prompt,
                         )
+                        prompt = None
                     else:
                         yield GenerationDelta(
                             index=index, text=self._token_bytes(token), num_tokens=1, cached_tokens=cached
@@ -173,3 +185,13 @@ def scripted_logprob(token: int, step: int, top: int) -> TokenLogprob:
     chosen = -0.1 * (step + 1)
     alternatives = tuple((token + k, chosen - k) for k in range(top))
     return TokenLogprob(token, chosen, alternatives)
+
+
+def scripted_prompt_logprobs(prompt: tuple[int, ...], top: int) -> tuple[TokenLogprob | None, ...]:
+    """The first prompt token None; token i's log probability -0.5 * i, ranked i, with the
+    alternatives from id 0 up, each 0.25 less likely than the one before (from -0.25)."""
+    out: list[TokenLogprob | None] = [None]
+    for pos, token in enumerate(prompt[1:], start=1):
+        alternatives = tuple((k, -0.25 * (k + 1)) for k in range(top))
+        out.append(TokenLogprob(token, -0.5 * pos, alternatives, rank=pos))
+    return tuple(out)

@@ -19,6 +19,7 @@ from gateway.apis.chat_completions.protocol import (
 )
 from gateway.apis.chat_completions.stream import ChatChunkWriter
 from gateway.apis.openai.fields import check_stream_options, ignored_fields, note_ignored_fields
+from gateway.apis.openai.logprobs import ranked_prompt_logprobs
 from gateway.apis.openai.protocol import CompletionUsage
 from gateway.apis.openai.sse import DONE, error_event
 from gateway.core import validation as v
@@ -36,10 +37,20 @@ from gateway.core.output import plan_output
 from gateway.core.prompt import chat_prompt, template_arguments, template_messages
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.engine import TokenLogprob
-from gateway.errors import InvalidRequestError
+from gateway.errors import EngineError, InvalidRequestError
 from gateway.text.reasoning import ReasoningDelta
 from gateway.text.reply import ReplyCollector, ReplyEvent, ReplyParser
 from gateway.text.tool_calls import ContentDelta, finish_reason
+
+
+def _prompt_logprobs(prepared: PreparedRequest) -> list[dict[str, dict[str, Any]] | None] | None:
+    """vLLM's top-level `prompt_logprobs` of a chat completion, when asked for."""
+    if prepared.prompt_logprobs is None:
+        return None
+    entries = prepared.generations[0].totals.prompt_logprobs
+    if entries is None:
+        raise EngineError("the engine returned no log probabilities for the prompt")
+    return ranked_prompt_logprobs(prepared.runtime.tokenizer, entries, prepared.prompt_logprobs)
 
 
 class ChatCompletionsService(GenerationService):
@@ -76,6 +87,11 @@ class ChatCompletionsService(GenerationService):
             template_kwargs["tools"] = plan.template_tools
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+        if body.prompt_logprobs is not None and body.stream:
+            raise InvalidRequestError(
+                "prompt_logprobs is not available when stream is true", param="prompt_logprobs"
+            )
+        prompt_top = v.prompt_scoring(runtime, body.prompt_logprobs, param="prompt_logprobs")
         with tracing.span("tokenize", model=runtime.name):
             prompt = chat_prompt(runtime, await runtime.tokenizer.render_chat(messages, **template_kwargs))
             ids, max_tokens = await v.prompt_budget(
@@ -85,6 +101,7 @@ class ChatCompletionsService(GenerationService):
                 param=param,
                 prompt_param="messages",
                 limits=self._limits,
+                need_ids=prompt_top is not None,
             )
         logprobs, bias = v.token_options(
             runtime,
@@ -105,6 +122,7 @@ class ChatCompletionsService(GenerationService):
             first_index=0,
             guide=plan.guide,
             logprobs=logprobs,
+            prompt_logprobs=prompt_top,
             logit_bias=bias,
             affinity=affinity_key(
                 prompt_cache_key=body.prompt_cache_key,
@@ -131,6 +149,7 @@ class ChatCompletionsService(GenerationService):
             forced=plan.forced,
             forced_name=plan.forced_name,
             logprobs=logprobs,
+            prompt_logprobs=prompt_top,
         )
         await reserve_quota(prepared)
         return prepared
@@ -181,6 +200,7 @@ class ChatCompletionsService(GenerationService):
             usage=CompletionUsage.of(
                 prompt, completion, prepared.cached_tokens, _reasoning_tokens(prepared, parsers)
             ),
+            prompt_logprobs=_prompt_logprobs(prepared),
         )
 
     async def stream(self, prepared: PreparedRequest) -> AsyncGenerator[bytes, None]:

@@ -43,6 +43,33 @@ class CompletionLogprobs:
             "text_offset": offsets,
         }
 
+    def prompt_block(
+        self, ids: Sequence[int], entries: Sequence[TokenLogprob | None], top: int
+    ) -> dict[str, Any]:
+        """The echoed prompt's tokens: each with its log probability given the tokens before it,
+        the first with none (null, as OpenAI's legacy API and vLLM give it)."""
+        tokens, values, tops, offsets = [], [], [], []
+        for pos, token in enumerate(ids):
+            entry = entries[pos] if pos < len(entries) else None
+            first = pos == 0
+            text, raw = token_string(self._tokenizer, token, starts_text=first)
+            tokens.append(text)
+            values.append(None if entry is None else entry.logprob)
+            offsets.append(self._offset)
+            self._offset += len(self._chars.decode(raw))
+            if self._with_top:
+                tops.append(
+                    None
+                    if entry is None
+                    else {token_string(self._tokenizer, t)[0]: lp for t, lp in entry.top[:top]}
+                )
+        return {
+            "tokens": tokens,
+            "token_logprobs": values,
+            "top_logprobs": tops if self._with_top else None,
+            "text_offset": offsets,
+        }
+
 
 def merge_blocks(blocks: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": None, "text_offset": []}

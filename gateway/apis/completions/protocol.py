@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from gateway.apis.openai.protocol import CompletionUsage, GenerationFields
 
@@ -36,6 +36,8 @@ OPENAI_FIELDS = frozenset(
 
 class CompletionRequest(GenerationFields):
     prompt: str | list[str] | list[int] | list[list[int]]
+    # 0 with `echo` scores the prompt without generating (OpenAI's legacy API, vLLM).
+    max_tokens: Annotated[int, Field(ge=0)] | None = None
     echo: bool | None = False
     best_of: Annotated[int, Field(ge=1)] | None = None
     suffix: str | None = None
@@ -47,6 +49,16 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: dict[str, Any] | None = None
     finish_reason: Literal["stop", "length", "content_filter"] | None
+    # vLLM's, only when asked for: per prompt token {token id: {logprob, rank, decoded_token}},
+    # the first None.
+    prompt_logprobs: list[dict[str, dict[str, Any]] | None] | None = None
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unasked(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("prompt_logprobs") is None:
+            out.pop("prompt_logprobs", None)
+        return out
 
 
 class Completion(BaseModel):

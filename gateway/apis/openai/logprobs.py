@@ -4,6 +4,10 @@ exact bytes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.engine import TokenLogprob
 from gateway.text.tokenizer import Tokenizer
 
 
@@ -16,3 +20,29 @@ def token_string(tokenizer: Tokenizer, token_id: int, *, starts_text: bool = Fal
     except UnicodeDecodeError:
         return "bytes:" + "".join(f"\\x{b:02x}" for b in raw), raw
     return tokenizer.token_text(token_id, starts_text=starts_text), raw
+
+
+def ranked_prompt_logprobs(
+    tokenizer: Tokenizer, entries: Sequence[TokenLogprob | None], top: int
+) -> list[dict[str, dict[str, Any]] | None]:
+    """vLLM's `prompt_logprobs`: per prompt token, {token id: {logprob, rank, decoded_token}} for the
+    token itself and the most likely alternatives (ranked 1, 2, ...); the first token None."""
+    out: list[dict[str, dict[str, Any]] | None] = []
+    for entry in entries:
+        if entry is None:
+            out.append(None)
+            continue
+        ranked = {
+            str(entry.token_id): {
+                "logprob": entry.logprob,
+                "rank": entry.rank,
+                "decoded_token": token_string(tokenizer, entry.token_id)[0],
+            }
+        }
+        for rank, (token, value) in enumerate(entry.top[:top], start=1):
+            ranked.setdefault(
+                str(token),
+                {"logprob": value, "rank": rank, "decoded_token": token_string(tokenizer, token)[0]},
+            )
+        out.append(ranked)
+    return out

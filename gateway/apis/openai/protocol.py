@@ -147,6 +147,8 @@ class GenerationFields(PriorityFields):
     min_tokens: Annotated[int, Field(ge=0)] | None = None
     length_penalty: float | None = None
     ignore_eos: bool | None = None
+    # vLLM's: each prompt token's log probability with this many alternatives (the first has none).
+    prompt_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
 
 
 # ---------------------------------------------------------------- responses

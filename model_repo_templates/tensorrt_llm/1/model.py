@@ -104,9 +104,19 @@ class _TritonLogHandler(logging.Handler):
             pb_utils.Logger.log_info(message)
 
 
+def _output_tensors(tensors: dict[str, np.ndarray], dtypes: dict[str, Any]) -> list[Any]:
+    """The response's tensors in the data types the config declares (logits may be FP16, as
+    ``logits_datatype`` sets them; the engine computes them in float32)."""
+    return [
+        pb_utils.Tensor(name, value if name not in dtypes else value.astype(dtypes[name]))
+        for name, value in tensors.items()
+    ]
+
+
 class _DecoupledSink:
-    def __init__(self, request: Any) -> None:
+    def __init__(self, request: Any, dtypes: dict[str, Any]) -> None:
         self._sender = request.get_response_sender()
+        self._dtypes = dtypes
 
     def is_cancelled(self) -> bool:
         return bool(self._sender.is_cancelled())
@@ -126,15 +136,16 @@ class _DecoupledSink:
             # The real backend's end of stream: the final flag alone (clients may ask for an empty response).
             self._sender.send(flags=flags)
         else:
-            outputs = [pb_utils.Tensor(name, value) for name, value in tensors.items()]
+            outputs = _output_tensors(tensors, self._dtypes)
             self._sender.send(pb_utils.InferenceResponse(output_tensors=outputs), flags=flags)
 
 
 class _BlockingSink:
     """Non-decoupled mode: execute() waits for the one response and returns it."""
 
-    def __init__(self, request: Any) -> None:
+    def __init__(self, request: Any, dtypes: dict[str, Any]) -> None:
         self._request = request
+        self._dtypes = dtypes
         self.done = threading.Event()
         self.response: Any = None
 
@@ -145,8 +156,7 @@ class _BlockingSink:
         if error is not None:
             self.response = pb_utils.InferenceResponse(error=pb_utils.TritonError(error))
         elif tensors is not None:
-            outputs = [pb_utils.Tensor(name, value) for name, value in tensors.items()]
-            self.response = pb_utils.InferenceResponse(output_tensors=outputs)
+            self.response = pb_utils.InferenceResponse(output_tensors=_output_tensors(tensors, self._dtypes))
         if final:
             if self.response is None:
                 self.response = pb_utils.InferenceResponse(output_tensors=[])
@@ -163,6 +173,12 @@ class TritonPythonModel:
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         self.inputs = {t["name"] for t in config["input"]}
         self.outputs = frozenset(t["name"] for t in config["output"])
+        # Logits declared FP16 are sent as FP16 (numpy has no bfloat16: BF16 stays float32).
+        self.output_dtypes = {
+            t["name"]: np.float16
+            for t in config["output"]
+            if t["name"] in ("context_logits", "generation_logits") and t["data_type"] == "TYPE_FP16"
+        }
         self.exclude_input_default = _parameter(config, "exclude_input_in_output", "false").lower() in _TRUE
         self.max_beam_width = int(_parameter(config, "max_beam_width", "1"))
         mode = _parameter(config, "engine_mode", "model")
@@ -418,7 +434,11 @@ class TritonPythonModel:
     def execute(self, requests: list[Any]) -> list[Any] | None:
         blocking: list[_BlockingSink] = []
         for request in requests:
-            sink: Any = _DecoupledSink(request) if self.decoupled else _BlockingSink(request)
+            sink: Any = (
+                _DecoupledSink(request, self.output_dtypes)
+                if self.decoupled
+                else _BlockingSink(request, self.output_dtypes)
+            )
             if not self.decoupled:
                 blocking.append(sink)
             try:
