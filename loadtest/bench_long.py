@@ -836,22 +836,24 @@ async def bench_tokenizer(
                 phases[phase] = await run_phase(phase, **kwargs, **common)  # type: ignore[arg-type]
             for size in cfg.saturate_sizes:
                 label = f"{size // 1000}k"
+                # The same conversations for the gateway and then the direct client: the same ids
+                # to the same engine (and each conversation's prompts built once).
+                users = [
+                    conversation_requests(
+                        sizer,
+                        rng,
+                        f"{salt}-sat{label}-{u}",
+                        # Growing by one turn per request up to the size, from three quarters of it.
+                        start=size * 3 // 4,
+                        end=size,
+                        turn=cfg.saturate_turn_tokens,
+                        add_special=add_special,
+                        with_tools=with_tools,
+                    )
+                    for u in range(cfg.saturate_users)
+                ]
+                users = [u for u in users if len(u) >= 2]
                 for suffix, g, d in (("", gw, None), ("-direct", None, capacity_direct)):
-                    users = [
-                        conversation_requests(
-                            sizer,
-                            rng,
-                            f"{salt}-sat{label}{suffix}-{u}",
-                            # Growing by one turn per request up to the size, from three quarters of it.
-                            start=size * 3 // 4,
-                            end=size,
-                            turn=cfg.saturate_turn_tokens,
-                            add_special=add_special,
-                            with_tools=with_tools,
-                        )
-                        for u in range(cfg.saturate_users)
-                    ]
-                    users = [u for u in users if len(u) >= 2]
                     log.info("%s: phase saturate-%s%s", name, label, suffix)
                     phases[f"saturate-{label}{suffix}"] = await run_phase(
                         f"saturate-{label}{suffix}",

@@ -8,6 +8,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 from deploy.bundle_host import (
@@ -15,6 +16,7 @@ from deploy.bundle_host import (
     HOST_IMAGE,
     _canonical,
     _site_root,
+    families_archive,
     project_requirements,
     resolve,
     resolved_libraries,
@@ -110,3 +112,15 @@ def test_the_bundle_and_the_host_image_import_every_module_of_the_gateway_the_lo
     assert int(done.stdout.split()[-1]) > 100
     # The gateway's imports the host image lacks are carried (gpt-oss's harmony parser among them).
     assert {"openai-harmony", "fastapi", "uvicorn", "tritonclient", "numpy"} <= carried
+
+
+def test_the_bundled_family_tokenizers_are_found_where_the_host_looks_for_them(tmp_path: Path) -> None:
+    from deploy import families
+
+    archive = families_archive(tmp_path, ["llama2"])
+    cache = tmp_path / "families"
+    with tarfile.open(archive) as tar:
+        tar.extractall(cache, filter="tar")
+    # Found unpacked: nothing fetched (the host has no network).
+    assert families.tokenizer_dir("llama2", cache=cache).parent == cache
+    assert not list(cache.glob("*.tgz"))
