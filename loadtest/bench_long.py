@@ -10,15 +10,21 @@ renders and tokenizes; Triton gets ids), next to short streams, and the direct T
   short          short streams alone through the gateway (the reference for their token gaps)
   mixed          the same short streams plus the long conversations at `--long-rate` requests/s
   direct-short, direct-mixed   the same two with the direct Triton client (the engine's own share)
-  saturate-32k, saturate-64k   conversations at about 32k / 62k tokens, each request adding one
-                 ~500-token turn, closed loop, one output token: long requests/s per worker
-                 (and the same with the direct client: the engine's ceiling on this machine)
+  saturate-32k, saturate-62k   the capacity phases: conversations at about 32k / 62k tokens, each
+                 request adding one ~500-token turn, `--saturate-users` users closed loop, one output
+                 token, on an engine that costs nothing per prompt token (a second engine model of
+                 the same Triton, `--capacity-prefill-ms-per-token`, default 0), so the gateway is
+                 what is measured: long requests/s per worker, the gateway's CPU per request and
+                 its event-loop lag, and the same requests with the direct client (the ceiling)
 
 Reported: short-stream inter-token latency p99 mixed vs short (the gateway's and the direct
 client's), gateway-added TTFT of long requests (gateway minus direct, p50/p99), long requests/s
 at 32k and 64k, gateway CPU per request, the gateway's event-loop lag (its own metric), and the
 cost of a 500-token turn on a 60k conversation against a full encode (in this process, the
-gateway's encoder). Per tokenizer: the agent tiny model, then the families' real tokenizers.
+gateway's encoder). Per tokenizer: the agent tiny model, then the families' real tokenizers, each
+with tools where its chat template renders them (Llama 3.1's packaged template renders none: the
+project's JSON tool template is used, as `gateway dev --chat-template` takes it), without where no
+template of the family does (Gemma 3).
 """
 
 from __future__ import annotations
@@ -76,7 +82,9 @@ class LongConfig:
     turn_tokens: int = 2000  # growth per turn in the mixed phase
     saturate_sizes: tuple[int, ...] = (32000, 62000)
     saturate_turn_tokens: int = 500
-    saturate_users: int = 12
+    saturate_users: int = 48
+    # The capacity (saturate) phases' engine: no prefill cost, so that the gateway is the limit.
+    capacity_prefill_ms_per_token: float = 0.0
     long_max_tokens: int = 8
     step_ms: float = 20.0
     prefill_ms_per_token: float = 0.001  # ~1M prompt tokens/s of context phase
@@ -87,8 +95,8 @@ class LongConfig:
 
     @classmethod
     def quick(cls) -> LongConfig:
+        """Every phase of every default tokenizer at tiny sizes (the smoke test's run)."""
         return cls(
-            tokenizers=(AGENT,),
             phase_s=2.0,
             short_streams=2,
             short_max_tokens=16,
@@ -180,12 +188,20 @@ class Sizer:
         return str(self.tokenizer.apply_chat_template(messages, **kwargs))
 
 
-def new_conversation(sizer: Sizer, rng: random.Random, tokens: int, salt: str) -> Conversation:
-    """A session whose system prompt and tools hold about `tokens` tokens (a quarter of them tools)."""
-    tool_list = tools(rng, max(1, tokens // 4 // 130))
-    system = f"Session {salt}. You are a coding agent.\n" + _text(rng, sizer.words(tokens * 3 // 4))
-    conv = Conversation(tool_list, [{"role": "system", "content": system}])
-    return conv
+def new_conversation(
+    sizer: Sizer, rng: random.Random, tokens: int, salt: str, *, with_tools: bool = True
+) -> Conversation:
+    """A session whose rendered system prompt and tools hold about `tokens` tokens (about a quarter
+    of them tools, when the template renders tools). The tools are measured as the template renders
+    them (their JSON costs more tokens than their words) and the system prompt fills the rest, so
+    that a conversation starts at its size and not a quarter above it. The probe has a user turn:
+    some templates (Llama 3.1's) write the tools into the first one."""
+    tool_list = tools(rng, max(1, tokens // 4 // 130)) if with_tools else []
+    head = f"Session {salt}. You are a coding agent.\n"
+    probe = Conversation(tool_list, [{"role": "system", "content": head}, {"role": "user", "content": "go"}])
+    rendered = len(sizer.tokenizer.encode(sizer.render(probe, probe.messages), add_special_tokens=False))
+    system = head + _text(rng, sizer.words(max(tokens - rendered, tokens // 4)))
+    return Conversation(tool_list, [{"role": "system", "content": system}])
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +212,18 @@ class LongRequest:
 
 
 def conversation_requests(
-    sizer: Sizer, rng: random.Random, salt: str, *, start: int, end: int, turn: int, add_special: bool
+    sizer: Sizer,
+    rng: random.Random,
+    salt: str,
+    *,
+    start: int,
+    end: int,
+    turn: int,
+    add_special: bool,
+    with_tools: bool = True,
 ) -> list[LongRequest]:
     """One conversation's requests, growing from about `start` to about `end` tokens."""
-    conv = new_conversation(sizer, rng, start, salt)
+    conv = new_conversation(sizer, rng, start, salt, with_tools=with_tools)
     out: list[LongRequest] = []
     while True:
         messages = conv.request(sizer.words(turn - 80), rng)
@@ -220,6 +244,8 @@ class Stack:
     grpc_url: str
     http_url: str
     engine: str
+    # The capacity phases' engine model (the same synthetic engine, its own prefill cost).
+    capacity_engine: str
     model_dir: Path
     triton_pid: int | None
 
@@ -227,40 +253,89 @@ class Stack:
 @contextlib.contextmanager
 def start_stack(cfg: LongConfig, workdir: Path) -> Iterator[Stack]:
     from deploy import devstack
+    from deploy.model_repo import render_repository
+    from deploy.tiny_model import DEV_KIND, build_tiny_model
 
-    repo = devstack.prepare_dev_repository(
-        workdir / "model_repo",
-        engine_mode="synthetic",
-        variables={
-            "synthetic_step_ms": cfg.step_ms,
-            "synthetic_prefill_ms_per_token": cfg.prefill_ms_per_token,
-            "tokens_per_block": cfg.tokens_per_block,
-            "max_active_requests": 1024,
-        },
-    )
-    engine = repo.ensemble.replace("ensemble", "tensorrt_llm")
+    model_dir = build_tiny_model(DEV_KIND)
+
+    def engine_repository(name: str, prefix: str, prefill_ms_per_token: float) -> Path:
+        # The engine model alone: the gateway sends it ids on the engine route, and so does the
+        # direct client (an ensemble's tokenizer models would only cost memory and start-up).
+        return render_repository(
+            workdir / name,
+            backend="cpu",
+            variant="current",
+            variables={
+                "tokenizer_dir": str(model_dir),
+                "model_dir": str(model_dir),
+                "engine_mode": "synthetic",
+                "enable_kv_cache_reuse": True,
+                "synthetic_step_ms": cfg.step_ms,
+                "synthetic_prefill_ms_per_token": prefill_ms_per_token,
+                "tokens_per_block": cfg.tokens_per_block,
+                "max_active_requests": 1024,
+                "name_prefix": prefix,
+            },
+            models=("tensorrt_llm",),
+            overwrite=True,
+        )
+
+    repo = engine_repository("model_repo", "", cfg.prefill_ms_per_token)
+    # The capacity phases' engine beside it in the same Triton, with its own prefill cost.
+    capacity = engine_repository("capacity_repo", CAPACITY_PREFIX, cfg.capacity_prefill_ms_per_token)
     with devstack.TritonServer(
-        [repo.path], work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
+        [repo, capacity], work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
     ) as server:
-        yield Stack(server.grpc_url, server.http_url, engine, repo.model_dir, server.pid)
+        yield Stack(
+            server.grpc_url,
+            server.http_url,
+            "tensorrt_llm",
+            f"{CAPACITY_PREFIX}tensorrt_llm",
+            model_dir,
+            server.pid,
+        )
 
 
-def tokenizer_dirs(cfg: LongConfig, stack: Stack) -> dict[str, Path]:
+CAPACITY_PREFIX = "capacity_"
+CAPACITY_MODEL = "capacity"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizerSetup:
+    """One tokenizer's directory and the chat template the gateway serves it with (None: its own)."""
+
+    directory: Path
+    chat_template: Path | None = None
+
+
+# The project's tool templates for families whose packaged chat template renders no tools (as
+# `gateway dev --chat-template` takes them; written after the formats the model makers document).
+TOOL_TEMPLATES_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "chat_templates"
+TOOL_TEMPLATES = {"llama3_1": "llama3_1_json_tools.jinja"}
+
+
+def tokenizer_dirs(cfg: LongConfig, stack: Stack) -> dict[str, TokenizerSetup]:
     """Each tokenizer's directory: the agent tiny model's, the families' (deploy.families) with a
-    chat template (the family's tiny model where its package ships none)."""
+    chat template (the family's tiny model where its package ships none), and the tool template of
+    a family whose own renders none."""
     from deploy import families
 
-    dirs: dict[str, Path] = {}
+    dirs: dict[str, TokenizerSetup] = {}
     for name in cfg.tokenizers:
         if name == AGENT:
-            dirs[name] = stack.model_dir
+            dirs[name] = TokenizerSetup(stack.model_dir)
             continue
+        if name not in families.FAMILIES:
+            raise ValueError(f"unknown tokenizer {name!r}: {AGENT} or one of {', '.join(families.FAMILIES)}")
         try:
             path = families.tokenizer_dir(name)
             config = json.loads((path / "tokenizer_config.json").read_text())
-            dirs[name] = path if config.get("chat_template") else families.build_family_model(name)
+            directory = path if config.get("chat_template") else families.build_family_model(name)
         except (families.FamilyFetchError, OSError, ValueError) as exc:
             log.warning("the %s tokenizer is not available (%s): left out", name, exc)
+            continue
+        template = TOOL_TEMPLATES.get(name)
+        dirs[name] = TokenizerSetup(directory, TOOL_TEMPLATES_DIR / template if template else None)
     return dirs
 
 
@@ -270,18 +345,29 @@ TOOL_PARSERS = {"llama3_1": "llama3_json"}
 
 @contextlib.asynccontextmanager
 async def start_gateway(
-    cfg: LongConfig, stack: Stack, name: str, tokenizer: Path, workdir: Path
+    cfg: LongConfig, stack: Stack, name: str, setup: TokenizerSetup, workdir: Path
 ) -> AsyncIterator[Gateway]:
     port = free_port()
-    spec = (
-        f"name=m,triton_model={stack.engine},tokenizer={tokenizer},route=engine,"
-        f"engine_model={stack.engine},tool_parser={TOOL_PARSERS.get(name, 'hermes')},"
-        # The engine's context (the agent tiny model's), not the tokenizer's own (Gemma 3's: 32k).
-        "max_model_len=65536"
+
+    def spec(model: str, engine: str) -> str:
+        template = f"chat_template={setup.chat_template}," if setup.chat_template else ""
+        return (
+            f"name={model},triton_model={engine},tokenizer={setup.directory},{template}route=engine,"
+            f"engine_model={engine},tool_parser={TOOL_PARSERS.get(name, 'hermes')},"
+            # The engine's context (the agent tiny model's), not the tokenizer's own (Gemma 3's: 32k).
+            "max_model_len=65536"
+        )
+
+    cmd = serve_command(
+        port,
+        stack.grpc_url,
+        spec("m", stack.engine),
+        http_url=stack.http_url,
+        workers=cfg.workers,
+        extra=["--model", spec(CAPACITY_MODEL, stack.capacity_engine)],
     )
-    cmd = serve_command(port, stack.grpc_url, spec, http_url=stack.http_url, workers=cfg.workers)
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    log_path = workdir / f"gateway-{tokenizer.name}.log"
+    log_path = workdir / f"gateway-{name}.log"
     proc = spawn_logged(cmd, log_path, env)
     try:
         await asyncio.to_thread(
@@ -328,9 +414,10 @@ async def gateway_chat(
     tools: list[dict[str, Any]] | None,
     max_tokens: int,
     kind: str,
+    model: str = "m",
 ) -> Record:
     body: dict[str, Any] = {
-        "model": "m",
+        "model": model,
         "messages": messages,
         "max_tokens": max_tokens,
         "stream": True,
@@ -487,6 +574,7 @@ async def run_phase(
     long_rate: float,
     closed_loop_long: int = 0,
     duration_s: float,
+    model: str = "m",
 ) -> PhaseResult:
     """Short streams closed loop (if any), long requests open loop at `long_rate` (each user its
     conversation in order) or `closed_loop_long` users back to back, for `duration_s`."""
@@ -499,7 +587,7 @@ async def run_phase(
             if req is None:
                 assert short_messages is not None
                 return await gateway_chat(gw, short_messages, None, max_tokens, kind)
-            record = await gateway_chat(gw, req.messages, req.tools, max_tokens, kind)
+            record = await gateway_chat(gw, req.messages, req.tools, max_tokens, kind, model)
             record.prompt_tokens = len(req.ids)
             return record
         assert direct is not None
@@ -559,15 +647,17 @@ async def run_phase(
 # ------------------------------------------------------------------------------------------- figures
 
 
-def incremental_cost(tokenizer: Any, rng: random.Random, sizer: Sizer) -> dict[str, float]:
-    """A 500-token turn on a ~60k-token conversation: the gateway's encode (cached pieces) against
-    a full encode of the same prompt, in this process (medians of 5)."""
-    conv = new_conversation(sizer, rng, 12000, "incremental")
+def incremental_cost(
+    tokenizer: Any, rng: random.Random, sizer: Sizer, size: int = 58000, *, with_tools: bool = True
+) -> dict[str, float]:
+    """A 500-token turn on a conversation of about `size` tokens (~60k by default): the gateway's
+    encode (cached pieces) against a full encode of the same prompt, in this process (medians of 5)."""
+    conv = new_conversation(sizer, rng, size // 5, "incremental", with_tools=with_tools)
     while True:
-        messages = conv.request(sizer.words(2400), rng)
-        if len(tokenizer.encode(sizer.render(conv, messages), add_special_tokens=False)) > 58000:
+        messages = conv.request(sizer.words(size // 24), rng)
+        if len(tokenizer.encode(sizer.render(conv, messages), add_special_tokens=False)) > size:
             break
-        conv.answer(rng, 400)
+        conv.answer(rng, max(20, size // 150))
     fulls, increments, tokens = [], [], 0
     for _ in range(5):
         conv.answer(rng, 20)
@@ -587,7 +677,9 @@ def incremental_cost(tokenizer: Any, rng: random.Random, sizer: Sizer) -> dict[s
     return {"tokens": tokens, "full_ms": full * 1e3, "incremental_ms": inc * 1e3, "ratio": inc / full}
 
 
-def summarize(name: str, phases: dict[str, PhaseResult], incremental: dict[str, float]) -> dict[str, Any]:
+def summarize(
+    name: str, phases: dict[str, PhaseResult], incremental: dict[str, float], workers: int = 1
+) -> dict[str, Any]:
     def p99_gap(phase: str) -> float:
         gaps = [g for r in phases[phase].of("short") for g in r.gaps()] if phase in phases else []
         return percentile(gaps, 99.0) if gaps else math.nan
@@ -622,14 +714,16 @@ def summarize(name: str, phases: dict[str, PhaseResult], incremental: dict[str, 
         if not key.startswith("saturate"):
             continue
         counted = phase.of("long")
-        rate = len(counted) / phase.duration_s
+        rate = len(counted) / phase.duration_s if phase.duration_s > 0 else math.nan
         entry = out["saturate"].setdefault(key.removeprefix("saturate-").removesuffix("-direct"), {})
         ttft_p50 = Distribution.of(r.ttft for r in counted if r.ttft is not None).p50 * 1e3
         if key.endswith("-direct"):
             entry["direct_rps"] = rate
             entry["direct_ttft_p50_ms"] = ttft_p50
         else:
-            entry["rps"] = rate
+            # Per worker: the workers share the closed-loop users.
+            entry["rps"] = rate / workers
+            entry["requests"] = len(counted)
             requests = len(phase.records)
             entry["cpu_ms_per_request"] = phase.gateway_cpu_s * 1e3 / requests if requests else math.nan
             lag, _ = lag_quantile({}, phase.loop_lag, 0.99)
@@ -640,11 +734,15 @@ def summarize(name: str, phases: dict[str, PhaseResult], incremental: dict[str, 
 
 
 async def bench_tokenizer(
-    cfg: LongConfig, stack: Stack, name: str, tokenizer_dir: Path, workdir: Path
+    cfg: LongConfig, stack: Stack, name: str, setup: TokenizerSetup, workdir: Path
 ) -> dict[str, Any]:
     from gateway.text.tokenizer import Tokenizer
 
-    tokenizer = Tokenizer(tokenizer_dir)
+    tokenizer = Tokenizer(setup.directory, chat_template_file=setup.chat_template)
+    # Agents send tools; a family none of whose templates renders them is measured without.
+    with_tools = tokenizer.renders_tools
+    if not with_tools:
+        log.info("%s: its chat template renders no tools: conversations without tools", name)
     sizer = Sizer(tokenizer)
     rng = random.Random(f"{cfg.seed}-{name}")
     add_special = False  # chat templates write their own BOS (the gateway's add_special_tokens default)
@@ -659,7 +757,14 @@ async def bench_tokenizer(
         out = []
         for u in range(users):
             reqs = conversation_requests(
-                sizer, rng, f"{salt}-{tag}-{u}", start=start, end=end, turn=turn, add_special=add_special
+                sizer,
+                rng,
+                f"{salt}-{tag}-{u}",
+                start=start,
+                end=end,
+                turn=turn,
+                add_special=add_special,
+                with_tools=with_tools,
             )
             # Users are spread over the conversation's length: some near the start, some near the end.
             shift = len(reqs) * u // users
@@ -667,8 +772,9 @@ async def bench_tokenizer(
         return out
 
     phases: dict[str, PhaseResult] = {}
-    async with start_gateway(cfg, stack, name, tokenizer_dir, workdir) as gw:
+    async with start_gateway(cfg, stack, name, setup, workdir) as gw:
         direct = Direct(stack.grpc_url, stack.engine)
+        capacity_direct = Direct(stack.grpc_url, stack.capacity_engine)
         try:
             common = {"cfg": cfg, "long_rate": cfg.long_rate, "duration_s": cfg.phase_s}
             # Warm both paths (connections, first requests) outside the measured phases.
@@ -730,21 +836,24 @@ async def bench_tokenizer(
                 phases[phase] = await run_phase(phase, **kwargs, **common)  # type: ignore[arg-type]
             for size in cfg.saturate_sizes:
                 label = f"{size // 1000}k"
-                for suffix, g, d in (("", gw, None), ("-direct", None, direct)):
-                    users = [
-                        conversation_requests(
-                            sizer,
-                            rng,
-                            f"{salt}-sat{label}{suffix}-{u}",
-                            # Growing by one turn per request up to the size, from three quarters of it.
-                            start=size * 3 // 4,
-                            end=size,
-                            turn=cfg.saturate_turn_tokens,
-                            add_special=add_special,
-                        )
-                        for u in range(cfg.saturate_users)
-                    ]
-                    users = [u for u in users if len(u) >= 2]
+                # The same conversations for the gateway and then the direct client: the same ids
+                # to the same engine (and each conversation's prompts built once).
+                users = [
+                    conversation_requests(
+                        sizer,
+                        rng,
+                        f"{salt}-sat{label}-{u}",
+                        # Growing by one turn per request up to the size, from three quarters of it.
+                        start=size * 3 // 4,
+                        end=size,
+                        turn=cfg.saturate_turn_tokens,
+                        add_special=add_special,
+                        with_tools=with_tools,
+                    )
+                    for u in range(cfg.saturate_users)
+                ]
+                users = [u for u in users if len(u) >= 2]
+                for suffix, g, d in (("", gw, None), ("-direct", None, capacity_direct)):
                     log.info("%s: phase saturate-%s%s", name, label, suffix)
                     phases[f"saturate-{label}{suffix}"] = await run_phase(
                         f"saturate-{label}{suffix}",
@@ -754,12 +863,17 @@ async def bench_tokenizer(
                         short_ids=None,
                         long_plan=users,
                         closed_loop_long=len(users),
+                        model=CAPACITY_MODEL,
                         **common,
                     )
         finally:
             await direct.close()
-    incremental = incremental_cost(tokenizer, rng, sizer) if cfg.end_tokens >= 58000 else {}
-    summary = summarize(name, phases, incremental)
+            await capacity_direct.close()
+    incremental = incremental_cost(
+        tokenizer, rng, sizer, min(58000, cfg.end_tokens * 15 // 16), with_tools=with_tools
+    )
+    summary = summarize(name, phases, incremental, cfg.workers)
+    summary["tools"] = with_tools
     summary["raw"] = {
         k: {
             "duration_s": v.duration_s,
@@ -835,7 +949,10 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
         f"(system prompt and tools, then ~{cfg.turn_tokens}-token turns) at {cfg.long_rate:g} long "
         f"requests/s from {cfg.users} users, beside {cfg.short_streams} short streams "
         f"({cfg.short_max_tokens} tokens); synthetic engine step {cfg.step_ms:g} ms, prefill "
-        f"{cfg.prefill_ms_per_token:g} ms per uncached token, engine route; phases of {cfg.phase_s:g} s.",
+        f"{cfg.prefill_ms_per_token:g} ms per uncached token, engine route; phases of {cfg.phase_s:g} s. "
+        f"Tools where the tokenizer's chat template renders them: "
+        + ", ".join(f"{r['tokenizer']} {'yes' if r.get('tools') else 'no'}" for r in rows)
+        + ".",
         "",
         "| tokenizer | ITL p99 short ms | with long ms | ratio | direct ratio | long TTFT p50/p99 ms "
         "| added by gateway p50/p99 ms | loop lag p99 ms (<=) | errors |",
@@ -850,6 +967,11 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
             f"{_fmt(r['loop_lag_p99_ms_at_most'])} | {sum(r['errors'].values())} |"
         )
     lines += [
+        "",
+        f"Capacity: {cfg.saturate_users} conversations back to back (closed loop, one output token, each "
+        f"request one ~{cfg.saturate_turn_tokens}-token turn longer) on an engine with "
+        f"{cfg.capacity_prefill_ms_per_token:g} ms of prefill per prompt token, so the gateway is the limit; "
+        "the direct Triton client sends the same ids to the same engine.",
         "",
         "| tokenizer | size | long req/s per worker | direct req/s | gateway CPU ms/request "
         "| TTFT p50 ms | direct TTFT p50 ms | loop lag p99 ms (<=) |",
@@ -879,8 +1001,8 @@ def write(out: Path, cfg: LongConfig, rows: Sequence[dict[str, Any]], started: s
 async def run(cfg: LongConfig, out: Path, started: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     with start_stack(cfg, out / "work") as stack:
-        for name, path in tokenizer_dirs(cfg, stack).items():
-            rows.append(await bench_tokenizer(cfg, stack, name, path, out / "work"))
+        for name, setup in tokenizer_dirs(cfg, stack).items():
+            rows.append(await bench_tokenizer(cfg, stack, name, setup, out / "work"))
             write(out, cfg, rows, started)  # each tokenizer's figures as soon as they are known
     return rows
 
@@ -892,7 +1014,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "--quick", action="store_true", help="smoke run: the agent tokenizer, small prompts, 2 s phases"
+        "--quick", action="store_true", help="smoke run: every phase and tokenizer, small prompts, 2 s phases"
     )
     p.add_argument("--tokenizers", help=f"comma list (default {','.join(LongConfig().tokenizers)})")
     p.add_argument("--phase-s", type=float, help="seconds per phase")
@@ -900,7 +1022,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--users", type=int, help="conversations in the mixed phase")
     p.add_argument("--saturate-users", type=int, help="conversations back to back in the saturation phases")
     p.add_argument("--workers", type=int, help="gateway workers (default 1)")
-    p.add_argument("--prefill-ms-per-token", type=float)
+    p.add_argument(
+        "--prefill-ms-per-token", type=float, help="the engine's prefill cost in the short/mixed phases"
+    )
+    p.add_argument(
+        "--capacity-prefill-ms-per-token",
+        type=float,
+        help="the capacity (saturate) phases' engine's prefill cost (default 0: the gateway is measured)",
+    )
     p.add_argument("--out", help="results directory (default results/long-<timestamp>)")
     return p
 
@@ -915,6 +1044,7 @@ def config_from_args(args: argparse.Namespace) -> LongConfig:
         ("saturate_users", "saturate_users"),
         ("workers", "workers"),
         ("prefill_ms_per_token", "prefill_ms_per_token"),
+        ("capacity_prefill_ms_per_token", "capacity_prefill_ms_per_token"),
         ("out", "out_dir"),
     ):
         if getattr(args, name) is not None:

@@ -5,6 +5,7 @@ user types it), so a change that breaks a benchmark fails here rather than on th
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -119,7 +120,37 @@ def test_make_bench_host_small(tmp_path: Path) -> None:
 
 def test_make_bench_long_quick(tmp_path: Path) -> None:
     # bench_long exits non-zero on any failed request.
+    from loadtest.bench_long import LongConfig
+
     out = run_bench("loadtest.bench_long", ["--quick", "--phase-s", "1", "--out", "results"], tmp_path)
     data = json.loads((tmp_path / "results" / "bench_long.json").read_text())
-    (row,) = data["rows"]
-    assert row["mixed_long_requests"] > 0 and row["saturate"], out
+    rows = {row["tokenizer"]: row for row in data["rows"]}
+    # Every default tokenizer, each with tools where a template of its family renders them.
+    assert tuple(rows) == LongConfig().tokenizers, out
+    assert {name: row["tools"] for name, row in rows.items()} == {
+        "agent": True,
+        "qwen3": True,
+        "llama3_1": True,
+        "gemma3": False,
+    }
+    phases = ("short", "mixed", "direct-short", "direct-mixed", "saturate-6k", "saturate-6k-direct")
+    for name, row in rows.items():
+        # Every phase completed requests, none failed.
+        assert {k: v["records"] > 0 and v["errors"] == 0 for k, v in row["raw"].items()} == dict.fromkeys(
+            phases, True
+        ), (name, row["raw"])
+        figures = [
+            row["itl_ratio"],
+            row["direct_itl_ratio"],
+            row["added_ttft_ms"]["p50"],
+            row["loop_lag_p99_ms_at_most"],
+            row["incremental"]["ratio"],
+        ]
+        capacity = row["saturate"]["6k"]
+        figures += [
+            capacity[k]
+            for k in ("rps", "direct_rps", "cpu_ms_per_request", "loop_lag_p99_ms_at_most", "ttft_p50_ms")
+        ]
+        assert all(math.isfinite(x) for x in figures), (name, row)
+        assert capacity["requests"] > 0 and capacity["rps"] > 0 and capacity["direct_rps"] > 0, row
+    assert "requests/s per worker" in out and "n/a" not in out, out

@@ -139,9 +139,26 @@ def test_a_saturated_load_generator_marks_the_cell_and_it_is_not_counted() -> No
     assert table[0]["bound"] == "engine-paced" and table[1]["bound"] == "load-generator-bound"
     assert not table[1]["counted"]
     assert verdicts(table, CFG) == ["- completions c=64: not counted (8 worker(s) load-generator-bound)"]
+    # A starved load generator comes first: it also leaves a worker busy (the lent host's 8-worker
+    # cells at c=1024 read gateway-bound with their load generator at 0.82-0.89 of its 2 cpus).
     assert classify({"cores_per_worker_max": 0.9, "tpot_p50_ms": 5.0, "loadgen_saturated": True}, CFG) == (
-        "gateway-bound"
+        "load-generator-bound"
     )
+    cells[1] = replace(cells[1], loadgen_cpu_s=1.63 * cells[1].window_s)
+    assert rows(cells, CFG, loadgen_capacity=2.0)[1]["bound"] == "load-generator-bound"
+    cells[1] = replace(cells[1], loadgen_cpu_s=1.7 * cells[1].window_s)  # of 3 cpus: room left
+    assert rows(cells, CFG, loadgen_capacity=3.0)[1]["bound"] == "engine-paced"
+
+
+def test_the_load_generator_gets_cpus_for_the_most_workers_run() -> None:
+    # 16 cpus: 3 for eight workers (what carried c=1024 there), an eighth of the host for fewer.
+    assert bench_host.loadgen_cpus_for(CFG, 16) == 3
+    assert bench_host.loadgen_cpus_for(replace(CFG, workers=(1, 2)), 16) == 2
+    assert bench_host.loadgen_cpus_for(replace(CFG, workers=(1,)), 2) == 1
+    assert bench_host.loadgen_cpus_for(replace(CFG, loadgen_cpus=5), 16) == 5
+    cores = [(c,) for c in range(16)]
+    plan = bench_host.plan_cpus(cores, 8, bench_host.loadgen_cpus_for(CFG, 16))
+    assert (len(plan.loadgen), len(plan.triton), len(plan.workers)) == (3, 5, 8)
 
 
 def test_transport_connections_placement_and_matched_levels_from_flags() -> None:
