@@ -605,6 +605,36 @@ def prepare_llmapi_repository(
     return DevRepository(path, Path(model_dir), f"llmapi {profile}", "llmapi", settings.name)
 
 
+# The Triton models of an encoder's CPU repository: token ids in (as an export), and text in.
+ENCODER_MODELS = {"embed": ("embedding", "embedding_text"), "score": ("reranker", None)}
+
+
+def encoder_task(model_dir: Path | None) -> str | None:
+    """ "embed" or "score" for an encoder's directory (a sentence-transformers layout, a
+    *ForSequenceClassification model), None for a generator's (or none given)."""
+    if model_dir is None:
+        return None
+    from gateway.core.pooling import detect_task
+
+    task = detect_task(Path(model_dir))
+    return None if task == "generate" else task
+
+
+def prepare_encoder_repository(out_dir: Path, model_dir: Path, task: str) -> DevRepository:
+    """Render an encoder's CPU repository (Python models with the tensors of an ONNX or TensorRT
+    export; for an embedding model also the text-in model) into ``out_dir``, replacing it. Its
+    ``ensemble`` is the ids-in model."""
+    from deploy.encoder_repo import render_encoder_repository
+
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    name, text = ENCODER_MODELS[task]
+    render_encoder_repository(
+        out_dir, Path(model_dir), task=task, name=name, backend="python", text_model=text
+    )
+    return DevRepository(out_dir, Path(model_dir), "encoder", "python", name)
+
+
 def engine_variables(device: str | None, dtype: str | None) -> dict[str, object]:
     """The template variables of the reference engine's device and dtype (only those given)."""
     values: dict[str, object] = {}
@@ -675,7 +705,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     own_work_dir = args.work_dir is None
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="devstack-", dir=_devstack_root()))
     try:
-        if args.engine == "llmapi":
+        encoder = encoder_task(args.model_dir)
+        if encoder is not None:
+            repo = prepare_encoder_repository(work_dir / "model_repository", args.model_dir, encoder)
+        elif args.engine == "llmapi":
             repo = prepare_llmapi_repository(
                 work_dir / "model_repository",
                 model_dir=args.model_dir,

@@ -19,12 +19,15 @@ from gateway.apis import APIS, error_shape, rate_limit_headers
 from gateway.apis.openai.errors import install_error_handlers
 from gateway.asyncutil import watch_loop_lag
 from gateway.config import ServedModel, Settings
+from gateway.core.encoders import check_serves, describe_encoder, encoder_runtime
 from gateway.core.lora import Adapters
-from gateway.core.models import ModelRegistry, ModelRuntime, load_reply_encoding
+from gateway.core.models import EncoderRuntime, ModelRegistry, ModelRuntime, load_reply_encoding
+from gateway.core.pooling import model_task
 from gateway.core.readiness import Readiness
 from gateway.core.validation import RequestLimits
+from gateway.encoder import Encoder
 from gateway.engine import Engine
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, ServerConfigError
 from gateway.http import health
 from gateway.http.middleware import (
     AdmissionMiddleware,
@@ -46,6 +49,31 @@ from gateway.text.tokenizer import Tokenizer
 logger = logging.getLogger(__name__)
 
 EngineFactory = Callable[[ServedModel], Engine]
+EncoderFactory = Callable[[ServedModel], Encoder]
+
+
+async def _introspect_encoders(encoders: Sequence[EncoderRuntime]) -> None:
+    """Read each encoder's model config as soon as Triton serves it, and say what the gateway
+    makes of it (or why it cannot serve it)."""
+    delay = 0.5
+    pending = list(encoders)
+    while pending:
+        still = []
+        for runtime in pending:
+            try:
+                await runtime.encoder.ensure_ready()
+                check_serves(runtime)
+            except ServerConfigError as exc:
+                logger.error("model %s cannot be served: %s", runtime.name, exc.message)
+            except GatewayError as exc:
+                logger.debug("model %s: waiting for Triton: %s", runtime.name, exc.message)
+                still.append(runtime)
+            else:
+                logger.info("model %s: %s", runtime.name, describe_encoder(runtime))
+        pending = still
+        if pending:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 async def _introspect_until_ready(
@@ -134,6 +162,11 @@ class TritonEngines:
 
         return adapter_for(self.pool, model)
 
+    def encoder(self, model: ServedModel) -> Encoder:
+        from gateway.triton.encoder import TritonEncoder
+
+        return TritonEncoder(self.pool, model)
+
     def start(self) -> None:
         self.pool.start()
 
@@ -146,6 +179,7 @@ def create_app(
     *,
     engine_factory: EngineFactory | None = None,
     tokenizers: Mapping[str, Tokenizer] | None = None,
+    encoder_factory: EncoderFactory | None = None,
 ) -> FastAPI:
     """`tokenizers`: already loaded (the CLI loads them before it binds the port, to refuse a bad
     directory with one line); the others are loaded by the lifespan."""
@@ -155,19 +189,27 @@ def create_app(
     loaded = dict(tokenizers or {})
     triton = TritonEngines(settings, metrics) if engine_factory is None else None
     factory: EngineFactory = engine_factory or triton  # type: ignore[assignment]
+    encoder_factory = encoder_factory or (triton.encoder if triton is not None else None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtimes = []
+        encoders = []
         for model in settings.models:
             tokenizer = loaded.pop(model.name, None) or Tokenizer(
                 model.tokenizer, chat_template_file=model.chat_template
             )
+            kind = model_task(model)
+            if kind != "generate":
+                if encoder_factory is None:
+                    raise ServerConfigError(f"model {model.name!r} is an encoder, and this app serves none")
+                encoders.append(encoder_runtime(model, tokenizer, encoder_factory(model), kind))
+                continue
             encoding = load_reply_encoding(model, settings.state_dir)
             runtimes.append(
                 ModelRuntime(model, tokenizer, factory(model), int(time.time()), reply_encoding=encoding)
             )
-        registry = ModelRegistry(runtimes)
+        registry = ModelRegistry(runtimes, encoders=encoders)
         served_models.append(registry)
         store = AdapterStore(
             settings.lora_max_bytes, on_load=lambda a: metrics.lora_loads.labels(a.name).inc()
@@ -195,6 +237,7 @@ def create_app(
         if triton is not None:
             triton.start()
         introspection = asyncio.create_task(_introspect_until_ready(runtimes, registry.adapters))
+        encoder_introspection = asyncio.create_task(_introspect_encoders(encoders))
         # Threads render and join long prompts (Python code): with a 1 ms switch interval the loop
         # gets the GIL back within a millisecond instead of five.
         sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
@@ -209,7 +252,7 @@ def create_app(
         finally:
             # Back under the collector, so that shutdown (and a test's next app) can free it.
             gc.unfreeze()
-            for task in (introspection, lag):
+            for task in (introspection, encoder_introspection, lag):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -217,6 +260,8 @@ def create_app(
                 await service.close()
             for runtime in runtimes:
                 await runtime.engine.close()
+            for encoder in encoders:
+                await encoder.encoder.close()
             if triton is not None:
                 await triton.close()
             await model_server.close()

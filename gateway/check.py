@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.config import ServedModel, Settings
+from gateway.core.encoders import check_serves, describe_encoder, encoder_runtime
+from gateway.core.pooling import model_task
 from gateway.core.prompt import specials_mismatch
 from gateway.engine import EngineInfo
 from gateway.errors import GatewayError
@@ -217,6 +219,10 @@ async def check(settings: Settings) -> list[ModelReport]:
     reports = []
     try:
         for model in settings.models:
+            kind = model_task(model)
+            if kind != "generate":
+                reports.append(await _encoder_report(pool, model, kind))
+                continue
             engine = adapter_for(pool, model)
             try:
                 await engine.introspect()
@@ -230,6 +236,31 @@ async def check(settings: Settings) -> list[ModelReport]:
     finally:
         await pool.close()
     return reports
+
+
+async def _encoder_report(pool: TritonPool, model: ServedModel, kind: str) -> ModelReport:
+    """An encoder model's row: the endpoints it answers and what the gateway reads of it."""
+    from gateway.triton.encoder import TritonEncoder
+
+    route = "/v1/embeddings" if kind == "embed" else "/v1/rerank, /v1/score"
+    try:
+        tokenizer = Tokenizer(model.tokenizer)
+        runtime = encoder_runtime(model, tokenizer, TritonEncoder(pool, model), kind)
+        await runtime.encoder.ensure_ready()
+        check_serves(runtime)
+    except GatewayError as exc:
+        return report(model, None, exc.message)
+    info = runtime.encoder.info
+    return ModelReport(
+        name=model.name,
+        triton_model=model.triton_model,
+        route=route,
+        status="ready",
+        variant=f"encoder ({info.takes} in)",
+        tokenizer="ok",
+        context=str(runtime.max_length or "-"),
+        reason=describe_encoder(runtime),
+    )
 
 
 def run_check(settings: Settings) -> int:

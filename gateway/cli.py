@@ -174,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --engine llmapi: the model.py it behaves as (v1.2: one response per stream)",
     )
     dev.add_argument(
+        "--encoder-input",
+        choices=("ids", "text"),
+        default="ids",
+        help="with an embedding model's --model-dir (a sentence-transformers layout): ids serves the "
+        "Triton model that takes token ids, as an ONNX or TensorRT export does; text the Python model "
+        "that takes text (default: ids)",
+    )
+    dev.add_argument(
         "--engine-mode",
         choices=("model", "synthetic"),
         default="model",

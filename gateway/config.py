@@ -126,6 +126,18 @@ class ServedModel(BaseModel):
         + " | ".join(REASONING_FORMATS)
         + " (none: the whole reply is the answer).",
     )
+    task: Literal["auto", "generate", "embed", "score"] = Field(
+        default="auto",
+        description="What the model does: `generate` (a TensorRT-LLM generator), `embed` (an encoder "
+        "for /v1/embeddings), `score` (a cross-encoder for /v1/rerank and /v1/score); `auto`: from the "
+        "tokenizer directory (a sentence-transformers layout embeds, a *ForSequenceClassification "
+        "model scores, anything else generates).",
+    )
+    encoder_output: str | None = Field(
+        default=None,
+        description="An encoder's Triton output to read; default: the pooled output where the model "
+        "has one, else its per-token hidden states.",
+    )
     add_special_tokens: bool = Field(
         default=True,
         description="Whether Triton's preprocessing adds the tokenizer's special tokens (BOS), as "

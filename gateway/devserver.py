@@ -130,6 +130,39 @@ def ready_banner(
     )
 
 
+def model_task_of(model_dir: Path) -> str:
+    from gateway.core.pooling import detect_task
+
+    return detect_task(model_dir)
+
+
+def _serve_encoder(
+    settings: Settings, args: argparse.Namespace, model_dir: Path, ready: dict[str, str]
+) -> None:
+    """An encoder's directory: the gateway serves its ids-in model (or, with --encoder-input text,
+    the text-in one) for /v1/embeddings, or /v1/rerank and /v1/score."""
+    triton_model = ready["ensemble"]
+    if args.encoder_input == "text" and triton_model == "embedding":
+        triton_model = "embedding_text"
+    served = ServedModel(name=args.served_name, tokenizer=model_dir, triton_model=triton_model)
+    settings = settings.model_copy(
+        update={"models": [served], "triton_url": [ready["grpc"]], "triton_http_url": [ready["http"]]}
+    )
+    tokenizers = load_tokenizers(settings)
+    base = f"http://{settings.host}:{settings.port}"
+    if model_task_of(model_dir) == "embed":
+        body = json.dumps({"model": served.name, "input": ["Hello!", "Hello there"]})
+        try_line = f"  curl {base}/v1/embeddings -H 'Content-Type: application/json' -d {shlex.quote(body)}"
+    else:
+        body = json.dumps({"model": served.name, "query": "Hello?", "documents": ["Hello!", "Goodbye."]})
+        try_line = f"  curl {base}/v1/rerank -H 'Content-Type: application/json' -d {shlex.quote(body)}"
+    banner = (
+        f"Ready: the gateway serves `{served.name}` at {base}/v1 (Triton gRPC {ready['grpc']}, "
+        f"Triton model {triton_model}; tokenizer {model_dir}). Try:\n{try_line}"
+    )
+    run_server(settings, tokenizers=tokenizers, on_ready=lambda: print(banner, flush=True))
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: the kernel sends it SIGTERM if the gateway dies, even by
     SIGKILL, so the Triton stack never outlives it (Linux prctl PR_SET_PDEATHSIG)."""
@@ -168,6 +201,9 @@ def run_dev(settings: Settings, args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     child, ready = _start_triton(model_dir, args)
     try:
+        if model_task_of(model_dir) != "generate":
+            _serve_encoder(settings, args, model_dir, ready)
+            return
         served = ServedModel(
             name=args.served_name,
             tokenizer=model_dir,

@@ -78,6 +78,7 @@ def check_contracts(settings: Settings) -> None:
     when Triton already serves it (read the way the gateway reads it after start-up)."""
     import asyncio
 
+    from gateway.core.pooling import model_task
     from gateway.triton.models import probe_contracts
     from gateway.triton.pool import TritonPool
 
@@ -86,7 +87,9 @@ def check_contracts(settings: Settings) -> None:
             settings.triton_url, timeout_s=min(PROBE_TIMEOUT_S, settings.triton_connect_timeout_s)
         )
         try:
-            return await probe_contracts(pool, list(settings.models))
+            # Encoder models are read by their own adapter, once the app starts.
+            generators = [m for m in settings.models if model_task(m) == "generate"]
+            return await probe_contracts(pool, generators)
         finally:
             await pool.close()
 

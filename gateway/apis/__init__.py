@@ -6,10 +6,13 @@ from typing import Any
 from gateway.apis import (
     chat_completions,
     completions,
+    embeddings,
     lora_adapters,
     messages,
     models,
+    rerank,
     responses,
+    score,
     tokenize,
 )
 from gateway.apis.openai.errors import error_body
@@ -25,6 +28,9 @@ APIS: tuple[Api, ...] = (
     models.API,
     lora_adapters.API,
     tokenize.API,
+    embeddings.API,
+    rerank.API,
+    score.API,
 )
 
 

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from gateway.config import ServedModel
+from gateway.core.pooling import Classifier, Pooling
+from gateway.encoder import Encoder
 from gateway.engine import Engine
-from gateway.errors import ModelNotFoundError
+from gateway.errors import InvalidRequestError, ModelNotFoundError
 from gateway.logs import current_request
 from gateway.text.reply import reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
@@ -44,6 +46,35 @@ class ModelRuntime:
         return self.tokenizer.info.max_model_len
 
 
+@dataclass(frozen=True, slots=True)
+class EncoderRuntime:
+    config: ServedModel
+    tokenizer: Tokenizer
+    encoder: Encoder
+    created: int
+    task: str  # "embed" | "score"
+    pooling: Pooling | None = None
+    classifier: Classifier | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def max_length(self) -> int | None:
+        """The longest input in tokens: the least of what the served model, the sentence-transformers
+        files and the tokenizer's config say."""
+        limits = [
+            self.config.max_model_len,
+            self.pooling.max_length if self.pooling is not None else None,
+            self.tokenizer.info.max_model_len,
+        ]
+        info = self.encoder.info
+        limits.append(info.max_length)
+        known = [n for n in limits if n is not None]
+        return min(known) if known else None
+
+
 def load_reply_encoding(model: ServedModel, state_dir: Path) -> Any:
     """What the model's reply format builds from its files (`ReasoningFormat.load`: harmony's
     encoding for gpt-oss, kept under ``state_dir/cache``), or None; a ServerConfigError for a
@@ -54,6 +85,18 @@ def load_reply_encoding(model: ServedModel, state_dir: Path) -> Any:
     return fmt.load(Path(model.tokenizer), state_dir / "cache")
 
 
+# What each kind of model is, and the endpoints it answers (the 400 a request to another says).
+TASK_WORDS = {
+    "generate": "a generation model",
+    "embed": "an embedding model",
+    "score": "a cross-encoder (scoring) model",
+}
+TASK_PATHS = {
+    "generate": "/v1/chat/completions, /v1/completions, /v1/responses and /v1/messages",
+    "embed": "/v1/embeddings",
+    "score": "/v1/rerank and /v1/score",
+}
+
 # How many served names a wrong model's 404 lists; the rest are one GET /v1/models away.
 SHOWN_NAMES = 20
 
@@ -61,11 +104,25 @@ SHOWN_NAMES = 20
 class ModelRegistry:
     """Base models by name, and adapters by name or as `BASE:ADAPTER` (SGLang's spelling)."""
 
-    def __init__(self, models: Iterable[ModelRuntime], adapters: Iterable[ModelRuntime] = ()) -> None:
+    def __init__(
+        self,
+        models: Iterable[ModelRuntime],
+        adapters: Iterable[ModelRuntime] = (),
+        encoders: Iterable[EncoderRuntime] = (),
+    ) -> None:
         self._models = {m.name: m for m in models}
         self._adapters = {a.name: a for a in adapters}
+        self._encoders = {e.name: e for e in encoders}
 
     def get(self, name: str) -> ModelRuntime:
+        encoder = self._encoders.get(name)
+        if encoder is not None:
+            raise InvalidRequestError(
+                f"The model `{name}` is {TASK_WORDS[encoder.task]}: it answers {TASK_PATHS[encoder.task]}, "
+                "not this endpoint.",
+                param="model",
+                code="model_not_supported",
+            )
         runtime = self._models.get(name) or self._adapters.get(name)
         if runtime is None:
             base, sep, adapter = name.partition(":")
@@ -82,9 +139,35 @@ class ModelRegistry:
             record.model = runtime.name
         return runtime
 
+    def encoder(self, name: str, task: str) -> EncoderRuntime:
+        """The encoder model `name` for `task` ("embed" or "score"); a 400 for a model of another
+        kind, a 404 for none."""
+        runtime = self._encoders.get(name)
+        if runtime is None or runtime.task != task:
+            if runtime is not None or name in self._models or name in self._adapters:
+                kind = runtime.task if runtime is not None else "generate"
+                raise InvalidRequestError(
+                    f"The model `{name}` is {TASK_WORDS[kind]}: it answers {TASK_PATHS[kind]}, not this "
+                    f"endpoint, which needs {TASK_WORDS[task]}.",
+                    param="model",
+                    code="model_not_supported",
+                )
+            raise ModelNotFoundError(
+                f"The model `{name}` does not exist or you do not have access to it. {self.served_names()}",
+                param="model",
+            )
+        record = current_request.get()
+        if record is not None:
+            record.model = runtime.name
+        return runtime
+
+    @property
+    def encoders(self) -> list[EncoderRuntime]:
+        return list(self._encoders.values())
+
     def served_names(self) -> str:
         """The served models as a sentence: what a client that named another should use."""
-        names = [f"`{name}`" for name in [*self._models, *self._adapters]]
+        names = [f"`{name}`" for name in [*self._models, *self._adapters, *self._encoders]]
         shown = ", ".join(names[:SHOWN_NAMES])
         hidden = len(names) - SHOWN_NAMES
         more = f" and {hidden} more (GET /v1/models lists them)" if hidden > 0 else ""

@@ -30,5 +30,9 @@ class Readiness:
                 for m, ok in zip(models, results, strict=True)
                 if not ok and (reason := getattr(m.engine, "unready_reason", None))
             }
+            encoders = self._registry.encoders
+            if encoders:
+                ready = await asyncio.gather(*(e.encoder.is_ready() for e in encoders))
+                self._last.update({e.name: ok for e, ok in zip(encoders, ready, strict=True)})
             self._at = time.monotonic()
             return self._last

@@ -187,6 +187,18 @@ class Tokenizer:
             return self.encoder.encode_now(text, add_special_tokens=add_special_tokens)
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
 
+    def encode_pair(
+        self, text: str, pair: str | None = None, *, max_length: int | None = None
+    ) -> tuple[list[int], list[int]]:
+        """A text, or a pair of texts (a cross-encoder's query and document), with the tokenizer's
+        special tokens and token types; cut to `max_length` as the tokenizer truncates (the longer
+        text first, special tokens kept)."""
+        kwargs: dict[str, Any] = {"truncation": True, "max_length": max_length} if max_length else {}
+        out = self._tok(text, pair, return_token_type_ids=True, **kwargs)
+        ids = list(out["input_ids"])
+        types = out.get("token_type_ids")
+        return ids, list(types) if types is not None else [0] * len(ids)
+
     async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         """The ids of `text`, exactly `encode`'s, without holding the event loop for a long text:
         its known pieces come from the cache and its new ones are encoded on a thread."""

@@ -16,7 +16,10 @@ router = APIRouter(responses=ERROR_RESPONSES)
 @router.get("/v1/models", response_model=ModelList)
 async def list_models(request: Request) -> ModelList:
     registry = service(request, ModelRegistry)
-    return ModelList(data=[_model(m) for m in [*registry, *registry.adapters]])
+    encoders = [
+        Model(id=e.name, created=e.created, owned_by="triton", root=e.name) for e in registry.encoders
+    ]
+    return ModelList(data=[*[_model(m) for m in [*registry, *registry.adapters]], *encoders])
 
 
 def _model(runtime: ModelRuntime) -> Model:
@@ -40,4 +43,8 @@ async def retrieve_model(model: str, request: Request) -> Model:
             "Unknown request URL: GET /v1/models/ names no model. "
             "List models with GET /v1/models, or retrieve one with GET /v1/models/{model}."
         )
-    return _model(service(request, ModelRegistry).get(model))
+    registry = service(request, ModelRegistry)
+    encoder = next((e for e in registry.encoders if e.name == model), None)
+    if encoder is not None:
+        return Model(id=encoder.name, created=encoder.created, owned_by="triton", root=encoder.name)
+    return _model(registry.get(model))
