@@ -24,7 +24,7 @@ from gateway.core.choices import (
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.prompt import Prompt
-from gateway.core.validation import RequestLimits, engine_prompt
+from gateway.core.validation import RequestLimits, counted_prompt, engine_prompt
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.errors import (
     ClientDeadlineExceededError,
@@ -37,6 +37,7 @@ from gateway.errors import (
     UnsupportedParameterError,
     to_gateway_error,
 )
+from gateway.media import MediaConnector, MediaOptions
 from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.ratelimit import current_quota
 from gateway.text.reasoning import ReasoningFormat
@@ -185,11 +186,18 @@ class GenerationService:
     """What the APIs' services share: where models, limits and metrics come from."""
 
     def __init__(
-        self, registry: ModelRegistry, limits: RequestLimits, metrics: GatewayMetrics | None
+        self,
+        registry: ModelRegistry,
+        limits: RequestLimits,
+        metrics: GatewayMetrics | None,
+        *,
+        media: MediaConnector | None = None,
     ) -> None:
         self._registry = registry
         self._limits = limits
         self._metrics = metrics
+        # Where the APIs' image parts are loaded (fetched, decoded, checked): the only way in.
+        self._media = media if media is not None else MediaConnector(MediaOptions())
 
     @classmethod
     def build(
@@ -201,7 +209,7 @@ class GenerationService:
     ) -> S:
         """The service as the app makes it at start-up; a service with settings of its own (a
         store, a key) reads them here."""
-        return cls(registry, limits, metrics)
+        return cls(registry, limits, metrics, media=MediaConnector.from_settings(settings))
 
     async def close(self) -> None:
         """At shutdown: release what the service opened (nothing, unless it has state)."""
@@ -312,7 +320,9 @@ def build_generation(
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
     engine = runtime.engine.info
     _check_sampling(engine.sampling, params)
-    prompt_text, add_special_tokens = engine_prompt(runtime, prompt)
+    if prompt.images and not engine.images:
+        raise UnsupportedParameterError("this model does not take images", param="messages")
+    prompt_text, _ = engine_prompt(runtime, prompt)
     info = runtime.tokenizer.info
     request = GenerationRequest(
         request_id=request_id,
@@ -332,6 +342,7 @@ def build_generation(
         affinity=affinity,
         stream=stream,
         priority=priority,
+        images=prompt.images,
     )
     # A text result that repeats the prompt starts with the prompt's decoding: cut it there.
     repeated = not engine.exposes_token_ids and engine.repeats_prompt[0 if stream else 1]
@@ -347,7 +358,8 @@ def build_generation(
         count_text=_text_counter(runtime.tokenizer) if engine.counts_text else None,
     )
     if prompt_ids is None:
-        uncounted = (runtime.tokenizer, prompt_text, add_special_tokens)
+        counted_text, add_special_tokens = counted_prompt(runtime, prompt)
+        uncounted = (runtime.tokenizer, counted_text, add_special_tokens)
         return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted, fmt)
     return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)), None, fmt)
 

@@ -10,10 +10,14 @@ completions prompt keeps the tokenizer's default, as the model's setting says.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from gateway.core.models import ModelRuntime
+from gateway.engine import ImageInput
+from gateway.errors import InvalidRequestError
+from gateway.media import ImageRef
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls.registry import template_call_ids
 
@@ -25,6 +29,48 @@ class Prompt:
 
     text: str
     add_special_tokens: bool
+    # The images whose placeholders the chat template wrote into `text`, in order.
+    images: tuple[ImageInput, ...] = ()
+
+
+# A chat template's image part (the Hugging Face convention vision-language templates read:
+# Gemma 3 writes `<start_of_image>` for it, Qwen2-VL `<|vision_start|><|image_pad|><|vision_end|>`).
+IMAGE_PART: Final = {"type": "image"}
+
+
+def template_content(
+    parts: Sequence[str | ImageRef], images: list[ImageRef], *, joiner: str = ""
+) -> str | list[dict[str, Any]]:
+    """A message's content as its chat template takes it: without images, its texts joined as
+    today; with images, text parts and image parts in the client's order (adjacent texts joined),
+    each image appended to `images`, the request's images in prompt order."""
+    if not any(isinstance(p, ImageRef) for p in parts):
+        return joiner.join(p for p in parts if isinstance(p, str))
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if texts:
+            out.append({"type": "text", "text": joiner.join(texts)})
+            texts = []
+        out.append(dict(IMAGE_PART))
+        images.append(part)
+    if texts:
+        out.append({"type": "text", "text": joiner.join(texts)})
+    return out
+
+
+def check_images(runtime: ModelRuntime, images: Sequence[ImageRef], kind: str) -> None:
+    """The 400 a model that takes no images gives (before anything is fetched): it names the
+    first image's field and the API's name for the part (`kind`)."""
+    if images and not runtime.engine.info.images:
+        raise InvalidRequestError(
+            f"content parts of type `{kind}` are not supported by this model (it takes text only)",
+            param=images[0].param,
+            code="images_not_supported",
+        )
 
 
 def raw_prompt(runtime: ModelRuntime, text: str) -> Prompt:
@@ -38,7 +84,7 @@ def template_messages(runtime: ModelRuntime, messages: list[dict[str, Any]]) -> 
     return template_call_ids(runtime.config.tool_parser, messages)
 
 
-def chat_prompt(runtime: ModelRuntime, rendered: str) -> Prompt:
+def chat_prompt(runtime: ModelRuntime, rendered: str, images: Sequence[ImageInput] = ()) -> Prompt:
     """A rendered chat template: no special tokens on top of what the template writes.
 
     The engine route sends the gateway's ids, encoded without them. The ensemble route sends text,
@@ -47,14 +93,15 @@ def chat_prompt(runtime: ModelRuntime, rendered: str) -> Prompt:
     of the text sent, so the preprocessing's ids are the template's own. Where that cannot be
     done (the template writes no BOS the tokenizer adds) the ids are counted as the engine sees
     them, and `gateway check` and start-up say so (`template_specials_mismatch`)."""
+    shown = tuple(images)
     if runtime.engine.info.route == "engine" or not runtime.config.add_special_tokens:
-        return Prompt(rendered, add_special_tokens=False)
+        return Prompt(rendered, add_special_tokens=False, images=shown)
     prefix, suffix = runtime.tokenizer.special_affixes
     if not prefix and not suffix:
-        return Prompt(rendered, add_special_tokens=False)
+        return Prompt(rendered, add_special_tokens=False, images=shown)
     if prefix and not suffix and rendered.startswith(prefix):
-        return Prompt(rendered[len(prefix) :], add_special_tokens=True)
-    return Prompt(rendered, add_special_tokens=True)
+        return Prompt(rendered[len(prefix) :], add_special_tokens=True, images=shown)
+    return Prompt(rendered, add_special_tokens=True, images=shown)
 
 
 def template_specials_mismatch(runtime: ModelRuntime) -> str | None:
