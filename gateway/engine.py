@@ -9,6 +9,7 @@ core's back.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -66,6 +67,30 @@ class LoraRequest:
     on_miss: Callable[[], None] | None = None
 
 
+# The image types a request may carry (OpenAI's and Anthropic's lists): PNG, JPEG, WebP, GIF.
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"})
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    """One image of a request, as `gateway.media` hands it over: fetched (or decoded from a data:
+    URI or base64 block), its type sniffed from the bytes and its size read from the header, all
+    within the configured caps. `data` is the file as the client sent it, not decoded pixels."""
+
+    data: bytes = field(repr=False)
+    # One of IMAGE_TYPES: what the bytes are (sniffed), not what the client declared.
+    mime_type: str
+    width: int
+    height: int
+    # Where it came from: "data" (a data: URI or a base64 block) or the URL it was fetched from
+    # (the last one, after redirects).
+    source: str
+
+    def data_uri(self) -> str:
+        """The image as a `data:` URI (what the llmapi model's `image_url` input takes)."""
+        return f"data:{self.mime_type};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     request_id: str
@@ -97,6 +122,10 @@ class GenerationRequest:
     priority: int = 0
     # The LoRA adapter to run with (None: the base model).
     lora: LoraRequest | None = None
+    # The prompt's images in prompt order: the i-th fills the i-th image placeholder the chat
+    # template wrote into `prompt_text` (empty for a text prompt). Only sent to an engine whose
+    # info says `images`.
+    images: tuple[ImageInput, ...] = ()
 
 
 # Not frozen: one is made per streamed token, and a frozen dataclass's __init__ (object.__setattr__
@@ -172,6 +201,9 @@ class EngineInfo:
     # The sampling parameters (SamplingParams field names) the engine takes; None: all of them.
     # A request setting any other is refused, naming it.
     sampling: frozenset[str] | None = None
+    # Whether the model takes images (GenerationRequest.images); without it every API answers an
+    # image with a 400 before fetching anything.
+    images: bool = False
 
 
 class Engine(Protocol):

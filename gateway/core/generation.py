@@ -24,7 +24,7 @@ from gateway.core.choices import (
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.prompt import Prompt
-from gateway.core.validation import RequestLimits, engine_prompt
+from gateway.core.validation import RequestLimits, counted_prompt, engine_prompt
 from gateway.engine import GenerationRequest, SamplingParams
 from gateway.errors import (
     ClientDeadlineExceededError,
@@ -309,7 +309,9 @@ def build_generation(
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
     engine = runtime.engine.info
     _check_sampling(engine.sampling, params)
-    prompt_text, add_special_tokens = engine_prompt(runtime, prompt)
+    if prompt.images and not engine.images:
+        raise UnsupportedParameterError("this model does not take images", param="messages")
+    prompt_text, _ = engine_prompt(runtime, prompt)
     info = runtime.tokenizer.info
     request = GenerationRequest(
         request_id=request_id,
@@ -328,6 +330,7 @@ def build_generation(
         affinity=affinity,
         stream=stream,
         priority=priority,
+        images=prompt.images,
     )
     # A text result that repeats the prompt starts with the prompt's decoding: cut it there.
     repeated = not engine.exposes_token_ids and engine.repeats_prompt[0 if stream else 1]
@@ -343,7 +346,8 @@ def build_generation(
         count_text=_text_counter(runtime.tokenizer) if engine.counts_text else None,
     )
     if prompt_ids is None:
-        uncounted = (runtime.tokenizer, prompt_text, add_special_tokens)
+        counted_text, add_special_tokens = counted_prompt(runtime, prompt)
+        uncounted = (runtime.tokenizer, counted_text, add_special_tokens)
         return Generation(request, choices, GenerationTotals(prompt_tokens=None), uncounted, fmt)
     return Generation(request, choices, GenerationTotals(prompt_tokens=len(prompt_ids)), None, fmt)
 

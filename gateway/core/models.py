@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gateway.config import ServedModel
-from gateway.engine import Engine
+from gateway.engine import Engine, ImageInput
 from gateway.errors import ModelNotFoundError
 from gateway.logs import current_request
 from gateway.text.reply import reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
+
+# (prompt text with the chat template's image placeholders, its images) -> the text the model reads.
+ImageExpander = Callable[[str, Sequence[ImageInput]], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,13 @@ class ModelRuntime:
     # What the model's reasoning format built from its files at start-up (`ReasoningFormat.load`:
     # harmony's encoding for gpt-oss), handed to each reply parser; None: nothing.
     reply_encoding: Any = None
+    # How the model's processor expands the image placeholders the chat template wrote into the
+    # prompt the model reads (Gemma 3: each `<start_of_image>` into its 256 soft tokens and
+    # their markers; Qwen2.5-VL: each `<|image_pad|>` into one per patch group of that image's
+    # size): (rendered prompt text, its images in order) -> the expanded text. Prompts with
+    # images are counted by encoding it (usage, context checks, /tokenize, count_tokens). None:
+    # an image counts as the placeholder text alone.
+    expand_images: ImageExpander | None = None
 
     @property
     def name(self) -> str:

@@ -10,10 +10,12 @@ completions prompt keeps the tokenizer's default, as the model's setting says.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.models import ModelRuntime
+from gateway.engine import ImageInput
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls.registry import template_call_ids
 
@@ -25,6 +27,8 @@ class Prompt:
 
     text: str
     add_special_tokens: bool
+    # The images whose placeholders the chat template wrote into `text`, in order.
+    images: tuple[ImageInput, ...] = ()
 
 
 def raw_prompt(runtime: ModelRuntime, text: str) -> Prompt:
@@ -38,7 +42,7 @@ def template_messages(runtime: ModelRuntime, messages: list[dict[str, Any]]) -> 
     return template_call_ids(runtime.config.tool_parser, messages)
 
 
-def chat_prompt(runtime: ModelRuntime, rendered: str) -> Prompt:
+def chat_prompt(runtime: ModelRuntime, rendered: str, images: Sequence[ImageInput] = ()) -> Prompt:
     """A rendered chat template: no special tokens on top of what the template writes.
 
     The engine route sends the gateway's ids, encoded without them. The ensemble route sends text,
@@ -47,14 +51,15 @@ def chat_prompt(runtime: ModelRuntime, rendered: str) -> Prompt:
     of the text sent, so the preprocessing's ids are the template's own. Where that cannot be
     done (the template writes no BOS the tokenizer adds) the ids are counted as the engine sees
     them, and `gateway check` and start-up say so (`template_specials_mismatch`)."""
+    shown = tuple(images)
     if runtime.engine.info.route == "engine" or not runtime.config.add_special_tokens:
-        return Prompt(rendered, add_special_tokens=False)
+        return Prompt(rendered, add_special_tokens=False, images=shown)
     prefix, suffix = runtime.tokenizer.special_affixes
     if not prefix and not suffix:
-        return Prompt(rendered, add_special_tokens=False)
+        return Prompt(rendered, add_special_tokens=False, images=shown)
     if prefix and not suffix and rendered.startswith(prefix):
-        return Prompt(rendered[len(prefix) :], add_special_tokens=True)
-    return Prompt(rendered, add_special_tokens=True)
+        return Prompt(rendered[len(prefix) :], add_special_tokens=True, images=shown)
+    return Prompt(rendered, add_special_tokens=True, images=shown)
 
 
 def template_specials_mismatch(runtime: ModelRuntime) -> str | None:

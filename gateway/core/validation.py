@@ -204,6 +204,16 @@ def engine_prompt(runtime: ModelRuntime, prompt: Prompt) -> tuple[str, bool]:
     return text, True
 
 
+def counted_prompt(runtime: ModelRuntime, prompt: Prompt) -> tuple[str, bool]:
+    """The text whose ids are the prompt's count, and whether special tokens are added: the
+    engine's text, with each image's placeholder expanded as the model's processor expands it
+    (`ModelRuntime.expand_images`), so an image counts the tokens the model reads for it."""
+    text, add_special_tokens = engine_prompt(runtime, prompt)
+    if prompt.images and runtime.expand_images is not None:
+        text = runtime.expand_images(text, prompt.images)
+    return text, add_special_tokens
+
+
 @dataclass(frozen=True, slots=True)
 class _Budget:
     """What a prompt's budget is worked out with (prompt_budget's arguments)."""
@@ -237,7 +247,7 @@ async def prompt_budget(
     is counted for usage afterwards (Generation.prompt_tokens). Otherwise the exact count decides,
     errors included. A long prompt is encoded off the event loop (Tokenizer.encode_async)."""
     how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
-    text, add_special_tokens = engine_prompt(runtime, prompt)
+    text, add_special_tokens = counted_prompt(runtime, prompt)
     bounded = _bounded_budget(runtime, text, add_special_tokens, how)
     if bounded is not None:
         return None, bounded
@@ -258,7 +268,7 @@ def prompt_budget_now(
     """`prompt_budget` on the calling thread, for callers that try many prompts in a row (fitting
     a conversation by dropping items): each is mostly pieces already encoded."""
     how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)
-    text, add_special_tokens = engine_prompt(runtime, prompt)
+    text, add_special_tokens = counted_prompt(runtime, prompt)
     bounded = _bounded_budget(runtime, text, add_special_tokens, how)
     if bounded is not None:
         return None, bounded
