@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host bench-long host-bundle native-engine soak claude-code codex families clean
+.PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host bench-long bench-images host-bundle native-engine soak claude-code codex families clean
 
 install: $(STAMP)
 
@@ -72,6 +72,13 @@ bench-host: install
 # BENCH_ARGS="--quick" (the agent tokenizer, small prompts, 2 s phases), "--tokenizers qwen3", ...
 bench-long: install
 	$(PY) -m loadtest.bench_long $(BENCH_ARGS)
+
+# ~3 min: text streams on the synthetic engine through one gateway worker, alone and while ~1-megapixel
+# JPEG requests (data: URIs) arrive for the tiny vision-language model, phases alternated; reports the
+# streams' inter-token p99 ratio (target <= 1.2x) (loadtest/bench_images.py).
+# BENCH_ARGS="--quick" (1 round of 3 s phases), "--image-rate 4", "--images-per-request 2", ...
+bench-images: install
+	$(PY) -m loadtest.bench_images $(BENCH_ARGS)
 
 # The native engine (engines/native/: a Triton backend in C, synthetic tokens) into build/native/; the
 # dev stack and the tests build it themselves when it is missing or older than its sources.

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Hugging Face checkpoint -> TensorRT-LLM checkpoint -> TensorRT-LLM engine -> Triton model repository.
+# A vision-language model (--multimodal) also gets its visual engine, built beside the LLM engine by
+# TensorRT-LLM's build_multimodal_engine.py, and upstream's C++ multimodal repository.
 #
 # Runs inside the NGC `tritonserver:<yy.mm>-trtllm-python-py3` container (or any host with the same
 # tensorrt_llm wheel, trtllm-build and a GPU). Every step is cached under --cache-dir, keyed on its
@@ -53,6 +55,19 @@ Tools
                             TRTLLM_GIT_URL names a mirror (default: NVIDIA's GitHub repo)   [TRTLLM_FETCH_EXAMPLES=1]
   --trtllm-version V        expected tensorrt_llm version (checked against the installed one) [TRTLLM_VERSION]
   --cache-dir DIR           engine cache (default ./engines)                                [ENGINE_CACHE_DIR]
+Vision-language models (the C++ multimodal path: TensorRT-LLM releases up to 1.2)
+  --multimodal TYPE         also build the visual engine: build_multimodal_engine.py's
+                            --model_type (llava, llava_next, vila, qwen2_vl, blip2, ...);
+                            auto: from config.json's model_type. The LLM engine gets
+                            --max_multimodal_len and the repository is upstream's multimodal
+                            one (all_models/multimodal over inflight_batcher_llm)        [MULTIMODAL_TYPE]
+  --max-images N            images per request (default 1)                                  [MAX_IMAGES]
+  --image-features N        visual features (prompt-table rows) one image takes; default
+                            for llava/vila/blip2, required for other types               [IMAGE_FEATURES]
+  --triton-models-dir DIR   TensorRT-LLM's triton_backend/all_models (default: beside the
+                            examples: <examples>/../triton_backend/all_models)            [TRTLLM_TRITON_MODELS_DIR]
+  --visual-engine-dir-at-serve DIR  visual engine path as Triton will see it (default: where
+                            it is built)                                                  [VISUAL_ENGINE_DIR_AT_SERVE]
 Model repository (rendered from model_repo_templates/ when --repo-out is given)
   --repo-out DIR            render the Triton model repository for the engine into DIR     [MODEL_REPO_DIR]
   --variant V               current or legacy (default current)                            [REPO_VARIANT]
@@ -61,7 +76,8 @@ Model repository (rendered from model_repo_templates/ when --repo-out is given)
   --tokenizer-dir-at-serve DIR  tokenizer path as Triton will see it (default: --tokenizer-dir) [TOKENIZER_DIR_AT_SERVE]
   --kv-cache-free-gpu-mem-fraction F  default 0.9                                          [KV_CACHE_FREE_GPU_MEM_FRACTION]
   --batch-scheduler-policy P          max_utilization or guaranteed_no_evict (default)     [BATCH_SCHEDULER_POLICY]
-  --set KEY=VALUE           extra renderer variable (repeatable)
+  --set KEY=VALUE           extra renderer variable (repeatable; with --multimodal MODEL.KEY=VALUE,
+                            e.g. tensorrt_llm.enable_chunked_context=true)
                             (the renderer runs as DEPLOY_PYTHON -m deploy.model_repo with
                             PYTHONPATH=DEPLOY_PYTHONPATH; defaults: python3, this repository)
 Other
@@ -100,6 +116,11 @@ ENGINE_DIR_AT_SERVE=${ENGINE_DIR_AT_SERVE:-}
 TOKENIZER_DIR_AT_SERVE=${TOKENIZER_DIR_AT_SERVE:-}
 KV_CACHE_FREE_GPU_MEM_FRACTION=${KV_CACHE_FREE_GPU_MEM_FRACTION:-0.9}
 BATCH_SCHEDULER_POLICY=${BATCH_SCHEDULER_POLICY:-guaranteed_no_evict}
+MULTIMODAL_TYPE=${MULTIMODAL_TYPE:-}
+MAX_IMAGES=${MAX_IMAGES:-1}
+IMAGE_FEATURES=${IMAGE_FEATURES:-}
+TRTLLM_TRITON_MODELS_DIR=${TRTLLM_TRITON_MODELS_DIR:-}
+VISUAL_ENGINE_DIR_AT_SERVE=${VISUAL_ENGINE_DIR_AT_SERVE:-}
 # Where `python3 -m deploy.model_repo` finds the deploy package and its dependencies.
 DEPLOY_PYTHONPATH=${DEPLOY_PYTHONPATH:-$REPO_ROOT}
 DEPLOY_PYTHON=${DEPLOY_PYTHON:-python3}
@@ -140,6 +161,11 @@ while [[ $# -gt 0 ]]; do
     --kv-cache-free-gpu-mem-fraction) need_value "$@"; KV_CACHE_FREE_GPU_MEM_FRACTION=$2; shift 2 ;;
     --batch-scheduler-policy) need_value "$@"; BATCH_SCHEDULER_POLICY=$2; shift 2 ;;
     --set) need_value "$@"; RENDER_SETS+=("$2"); shift 2 ;;
+    --multimodal) need_value "$@"; MULTIMODAL_TYPE=$2; shift 2 ;;
+    --max-images) need_value "$@"; MAX_IMAGES=$2; shift 2 ;;
+    --image-features) need_value "$@"; IMAGE_FEATURES=$2; shift 2 ;;
+    --triton-models-dir) need_value "$@"; TRTLLM_TRITON_MODELS_DIR=$2; shift 2 ;;
+    --visual-engine-dir-at-serve) need_value "$@"; VISUAL_ENGINE_DIR_AT_SERVE=$2; shift 2 ;;
     --force) FORCE=1; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -170,6 +196,9 @@ require_uint --tp "$TP_SIZE"
 require_uint --pp "$PP_SIZE"
 require_uint --max-batch-size "$MAX_BATCH_SIZE"
 require_uint --max-num-tokens "$MAX_NUM_TOKENS"
+require_uint --max-images "$MAX_IMAGES"
+[[ -z $IMAGE_FEATURES ]] || require_uint --image-features "$IMAGE_FEATURES"
+[[ -z $MULTIMODAL_TYPE || $MULTIMODAL_TYPE =~ ^[a-z0-9_-]+$ ]] || die "--multimodal must be a build_multimodal_engine.py model type (llava, qwen2_vl, ...), got '$MULTIMODAL_TYPE'"
 [[ -z $MAX_INPUT_LEN ]] || require_uint --max-input-len "$MAX_INPUT_LEN"
 [[ -z $MAX_SEQ_LEN ]] || require_uint --max-seq-len "$MAX_SEQ_LEN"
 WORLD_SIZE=$((TP_SIZE * PP_SIZE))
@@ -192,6 +221,7 @@ ENGINE_CACHE_DIR=$(abspath "$ENGINE_CACHE_DIR")
 [[ -z $TOKENIZER_DIR ]] || TOKENIZER_DIR=$(abspath "$TOKENIZER_DIR")
 [[ -z $TRTLLM_EXAMPLES_DIR ]] || TRTLLM_EXAMPLES_DIR=$(abspath "$TRTLLM_EXAMPLES_DIR")
 [[ -z $CONVERT_SCRIPT ]] || CONVERT_SCRIPT=$(abspath "$CONVERT_SCRIPT")
+[[ -z $TRTLLM_TRITON_MODELS_DIR ]] || TRTLLM_TRITON_MODELS_DIR=$(abspath "$TRTLLM_TRITON_MODELS_DIR")
 MODEL_NAME=${MODEL_NAME:-$(basename "$HF_MODEL_DIR")}
 [[ $MODEL_NAME =~ ^[A-Za-z0-9._-]+$ ]] || die "--name '$MODEL_NAME' may only use letters, digits, '.', '_' and '-'"
 TOKENIZER_DIR=${TOKENIZER_DIR:-$HF_MODEL_DIR}
@@ -214,6 +244,7 @@ fi
 
 # --- read the Hugging Face config ----------------------------------------------------------------------
 HF_MODEL_TYPE=""
+HF_TEXT_MODEL_TYPE=""
 HF_TORCH_DTYPE=""
 HF_MAX_POSITIONS=""
 if [[ -f $HF_MODEL_DIR/config.json ]]; then
@@ -229,6 +260,8 @@ def pick(key):
     value = cfg.get(key, text.get(key))
     return "" if value is None else str(value)
 print("model_type=" + pick("model_type"))
+# A vision-language model's language model (llava's is llama): its convert_checkpoint.py family.
+print("text_model_type=" + str(text.get("model_type") or ""))
 # transformers 5 writes `dtype`; older versions wrote `torch_dtype`.
 print("torch_dtype=" + (pick("torch_dtype") or pick("dtype")))
 print("max_position_embeddings=" + pick("max_position_embeddings"))
@@ -237,6 +270,7 @@ PY
   while IFS='=' read -r key value; do
     case $key in
       model_type) HF_MODEL_TYPE=$value ;;
+      text_model_type) HF_TEXT_MODEL_TYPE=$value ;;
       torch_dtype) HF_TORCH_DTYPE=$value ;;
       max_position_embeddings) HF_MAX_POSITIONS=$value ;;
     esac
@@ -251,6 +285,36 @@ elif [[ $DRY_RUN == 1 && -n $MODEL_FAMILY && $DTYPE != auto ]]; then
   note "dry run: $HF_MODEL_DIR does not exist here; continuing because --family and --dtype are given"
 else
   die "Hugging Face model directory not found: $HF_MODEL_DIR"
+fi
+
+# --- vision-language models: the visual engine's type and the language model's family ----------------------
+if [[ $MULTIMODAL_TYPE == auto ]]; then
+  # config.json model_type -> build_multimodal_engine.py --model_type, for the types whose LLM part
+  # takes the visual features as a prompt table (the decoder-only ones).
+  case $HF_MODEL_TYPE in
+    llava) MULTIMODAL_TYPE=llava ;;
+    llava_next) MULTIMODAL_TYPE=llava_next ;;
+    llava_onevision) MULTIMODAL_TYPE=llava_onevision ;;
+    qwen2_vl) MULTIMODAL_TYPE=qwen2_vl ;;
+    blip-2) MULTIMODAL_TYPE=blip2 ;;
+    phi3_v) MULTIMODAL_TYPE=phi-3-vision ;;
+    "") die "--multimodal auto: config.json has no model_type; pass --multimodal TYPE" ;;
+    *) die "--multimodal auto: model_type '$HF_MODEL_TYPE' has no known visual engine type; pass --multimodal TYPE (build_multimodal_engine.py --model_type)" ;;
+  esac
+fi
+if [[ -n $MULTIMODAL_TYPE ]]; then
+  if [[ -z $IMAGE_FEATURES ]]; then
+    # Prompt-table rows per image in TensorRT-LLM's multimodal examples; other types vary with the
+    # image size or the model, so they must be told.
+    case $MULTIMODAL_TYPE in
+      llava) IMAGE_FEATURES=576 ;;
+      vila) IMAGE_FEATURES=196 ;;
+      blip2) IMAGE_FEATURES=32 ;;
+      *) die "--multimodal $MULTIMODAL_TYPE: pass --image-features (visual features one image takes; the engine's --max_multimodal_len is max batch size * features * --max-images)" ;;
+    esac
+  fi
+  MAX_MULTIMODAL_LEN=$((MAX_BATCH_SIZE * IMAGE_FEATURES * MAX_IMAGES))
+  [[ -n $MODEL_FAMILY || -z $HF_TEXT_MODEL_TYPE ]] || HF_MODEL_TYPE=$HF_TEXT_MODEL_TYPE
 fi
 
 if [[ -z $MODEL_FAMILY ]]; then
@@ -328,6 +392,8 @@ locate_convert_script() {
 }
 
 FETCH_DEST=""
+# The examples' root, for the visual engine's build script (empty: only --convert-script was given).
+EXAMPLES_ROOT=$TRTLLM_EXAMPLES_DIR
 if [[ -n $CONVERT_SCRIPT ]]; then
   [[ -f $CONVERT_SCRIPT || $DRY_RUN == 1 ]] || die "--convert-script not found: $CONVERT_SCRIPT"
 elif [[ -n $TRTLLM_EXAMPLES_DIR ]]; then
@@ -345,6 +411,7 @@ else
   # --fetch-examples clones them there, and an offline host can copy them there by hand.
   [[ -n $TRTLLM_VERSION ]] || die "cannot name the TensorRT-LLM examples to use: tensorrt_llm is not installed here; pass --trtllm-version or --examples-dir"
   cached_examples=$ENGINE_CACHE_DIR/src/TensorRT-LLM-v$TRTLLM_VERSION
+  EXAMPLES_ROOT=$cached_examples/examples
   if [[ -d $cached_examples/examples ]]; then
     CONVERT_SCRIPT=$(locate_convert_script "$cached_examples/examples") ||
       die "no convert_checkpoint.py for family '$MODEL_FAMILY' in $cached_examples/examples"
@@ -363,11 +430,37 @@ if [[ -n $FETCH_DEST ]]; then
   # Sparse, shallow and without LFS blobs: only examples/ is needed, not the multi-GB history.
   run env GIT_LFS_SKIP_SMUDGE=1 git clone --quiet --depth 1 --filter=blob:none --sparse \
     --branch "v$TRTLLM_VERSION" "$TRTLLM_GIT_URL" "$FETCH_DEST.partial"
-  run git -C "$FETCH_DEST.partial" sparse-checkout set examples
+  if [[ -n $MULTIMODAL_TYPE ]]; then
+    # The multimodal repository's models (preprocessing with the image processor, the encoders).
+    run git -C "$FETCH_DEST.partial" sparse-checkout set examples triton_backend/all_models
+  else
+    run git -C "$FETCH_DEST.partial" sparse-checkout set examples
+  fi
   run mv "$FETCH_DEST.partial" "$FETCH_DEST"
   if [[ $DRY_RUN == 0 ]]; then
     CONVERT_SCRIPT=$(locate_convert_script "$FETCH_DEST/examples") ||
       die "no convert_checkpoint.py for family '$MODEL_FAMILY' in the fetched $FETCH_DEST/examples"
+  fi
+fi
+
+# The visual engine's build script and upstream's multimodal models, found before any build work.
+VISUAL_SCRIPT=""
+if [[ -n $MULTIMODAL_TYPE ]]; then
+  [[ -n $EXAMPLES_ROOT ]] || die "--multimodal needs the TensorRT-LLM examples (build_multimodal_engine.py): pass --examples-dir"
+  for candidate in "$EXAMPLES_ROOT/models/core/multimodal/build_multimodal_engine.py" "$EXAMPLES_ROOT/multimodal/build_multimodal_engine.py"; do
+    if [[ -f $candidate ]]; then
+      VISUAL_SCRIPT=$candidate
+      break
+    fi
+  done
+  if [[ -z $VISUAL_SCRIPT ]]; then
+    [[ $DRY_RUN == 1 || -n $FETCH_DEST ]] || die "no build_multimodal_engine.py under $EXAMPLES_ROOT (looked in models/core/multimodal/ and multimodal/)"
+    VISUAL_SCRIPT=$EXAMPLES_ROOT/models/core/multimodal/build_multimodal_engine.py
+  fi
+  if [[ -n $MODEL_REPO_DIR ]]; then
+    TRTLLM_TRITON_MODELS_DIR=${TRTLLM_TRITON_MODELS_DIR:-${EXAMPLES_ROOT%/examples}/triton_backend/all_models}
+    [[ -d $TRTLLM_TRITON_MODELS_DIR/multimodal || $DRY_RUN == 1 || -n $FETCH_DEST ]] ||
+      die "no multimodal/ under $TRTLLM_TRITON_MODELS_DIR: pass --triton-models-dir (TensorRT-LLM's triton_backend/all_models, a release up to 1.2)"
   fi
 fi
 
@@ -444,6 +537,11 @@ BUILD_FLAGS=(
   --max_beam_width 1
   --workers "$BUILD_WORKERS"
 )
+if [[ -n $MULTIMODAL_TYPE ]]; then
+  # Rows of the prompt table the engine takes per batch: the visual features stand in for the
+  # image placeholders there.
+  BUILD_FLAGS+=(--max_multimodal_len "$MAX_MULTIMODAL_LEN")
+fi
 if [[ ${#BUILD_ARGS[@]} -gt 0 ]]; then
   BUILD_FLAGS+=("${BUILD_ARGS[@]}")
 fi
@@ -498,8 +596,64 @@ else
   run mv "$ENGINE_DIR.partial" "$ENGINE_DIR"
 fi
 
+# --- step 2b: the visual engine (vision-language models) ----------------------------------------------------------------------
+VISUAL_DIR=""
+if [[ -n $MULTIMODAL_TYPE ]]; then
+  # One visual engine per image the batch can hold: the encoder runs on images, not on requests.
+  VISUAL_BATCH=$((MAX_BATCH_SIZE * MAX_IMAGES))
+  VISUAL_MANIFEST=$(
+    cat <<EOF
+step=visual
+tensorrt_llm=${TRTLLM_VERSION:-unknown}
+script=$(file_sha "$VISUAL_SCRIPT")
+hf_config=$(file_sha "$HF_MODEL_DIR/config.json")
+hf_weights=$(weights_listing)
+model_type=$MULTIMODAL_TYPE
+max_batch_size=$VISUAL_BATCH
+gpus=$GPU_IDENTITY
+EOF
+  )
+  VISUAL_KEY=$(printf '%s\n' "$VISUAL_MANIFEST" | sha256_of_text)
+  VISUAL_DIR=$ENGINE_CACHE_DIR/visual/$MODEL_NAME-$MULTIMODAL_TYPE-${VISUAL_KEY:0:12}
+  if [[ $FORCE == 0 && -f $VISUAL_DIR/.complete ]]; then
+    note "visual engine cached: $VISUAL_DIR"
+  else
+    note "building the visual engine ($MULTIMODAL_TYPE) $VISUAL_DIR"
+    run rm -rf "$VISUAL_DIR.partial" "$VISUAL_DIR"
+    run python3 "$VISUAL_SCRIPT" --model_type "$MULTIMODAL_TYPE" --model_path "$HF_MODEL_DIR" \
+      --output_dir "$VISUAL_DIR.partial" --max_batch_size "$VISUAL_BATCH"
+    if [[ $DRY_RUN == 0 ]]; then
+      [[ -n $(find "$VISUAL_DIR.partial" -maxdepth 1 -name '*.engine' -print -quit 2>/dev/null) ]] ||
+        die "build_multimodal_engine.py wrote no .engine file in $VISUAL_DIR.partial"
+      printf '%s\n' "$VISUAL_MANIFEST" >"$VISUAL_DIR.partial/.complete"
+    fi
+    run mv "$VISUAL_DIR.partial" "$VISUAL_DIR"
+  fi
+fi
+
 # --- step 3: model repository ----------------------------------------------------------------------------------------------
-if [[ -n $MODEL_REPO_DIR ]]; then
+if [[ -n $MODEL_REPO_DIR && -n $MULTIMODAL_TYPE ]]; then
+  [[ -d $TOKENIZER_DIR || $DRY_RUN == 1 ]] || die "tokenizer directory not found: $TOKENIZER_DIR"
+  ENCODER_DTYPE=TYPE_FP16
+  [[ $MULTIMODAL_TYPE != mllama ]] || ENCODER_DTYPE=TYPE_BF16
+  render_cmd=(env "PYTHONPATH=$DEPLOY_PYTHONPATH" "$DEPLOY_PYTHON" -m deploy.model_repo render-multimodal
+    --upstream "$TRTLLM_TRITON_MODELS_DIR"
+    --out "$MODEL_REPO_DIR"
+    --overwrite
+    --engine-dir "${ENGINE_DIR_AT_SERVE:-$ENGINE_DIR}"
+    --visual-engine-dir "${VISUAL_ENGINE_DIR_AT_SERVE:-$VISUAL_DIR}"
+    --hf-model-dir "${TOKENIZER_DIR_AT_SERVE:-$TOKENIZER_DIR}"
+    --max-batch-size "$MAX_BATCH_SIZE"
+    --max-num-images "$MAX_IMAGES"
+    --kv-cache-free-gpu-mem-fraction "$KV_CACHE_FREE_GPU_MEM_FRACTION"
+    --batch-scheduler-policy "$BATCH_SCHEDULER_POLICY"
+    --encoder-dtype "$ENCODER_DTYPE")
+  for kv in "${RENDER_SETS[@]}"; do
+    render_cmd+=(--set "$kv")
+  done
+  note "rendering the C++ multimodal model repository into $MODEL_REPO_DIR"
+  run "${render_cmd[@]}"
+elif [[ -n $MODEL_REPO_DIR ]]; then
   [[ -d $TOKENIZER_DIR || $DRY_RUN == 1 ]] || die "tokenizer directory not found: $TOKENIZER_DIR"
   render_cmd=(env "PYTHONPATH=$DEPLOY_PYTHONPATH" "$DEPLOY_PYTHON" -m deploy.model_repo render
     --backend tensorrtllm
@@ -523,6 +677,9 @@ fi
 
 note "engine: $ENGINE_DIR"
 echo "ENGINE_DIR=$ENGINE_DIR"
+if [[ -n $VISUAL_DIR ]]; then
+  echo "VISUAL_ENGINE_DIR=$VISUAL_DIR"
+fi
 if [[ -n $MODEL_REPO_DIR ]]; then
   echo "MODEL_REPO_DIR=$MODEL_REPO_DIR"
 fi

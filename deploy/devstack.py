@@ -40,7 +40,9 @@ from deploy.model_repo import (
     render_llmapi_repository,
     render_repository,
 )
+from deploy.multimodal_repo import render_cpu_multimodal_repository
 from deploy.tiny_model import ALL_KINDS, DEV_KIND, build_tiny_model, default_cache_root
+from deploy.tiny_vlm import is_vision_language_model
 
 logger = logging.getLogger(__name__)
 
@@ -576,6 +578,10 @@ def prepare_dev_repository(
         "tokens_per_block": DEV_TOKENS_PER_BLOCK,
     }
     values.update(variables or {})
+    if engine_mode == "model" and is_vision_language_model(Path(model_dir)):
+        # A vision-language checkpoint is served as TensorRT-LLM's multimodal repository is.
+        path = render_cpu_multimodal_repository(out_dir, values)
+        return DevRepository(path, Path(model_dir), "multimodal", engine_mode, f"{prefix}ensemble")
     path = render_repository(out_dir, backend="cpu", variant=variant, variables=values, overwrite=True)
     return DevRepository(path, Path(model_dir), variant, engine_mode, f"{prefix}ensemble")
 
@@ -600,6 +606,8 @@ def prepare_llmapi_repository(
         stand_in=True,
         # Small blocks, so that the tiny model's short prompts show their reuse (cached_tokens).
         tokens_per_block=DEV_TOKENS_PER_BLOCK,
+        # A vision-language checkpoint is served with images in, as model.yaml turns them on.
+        multimodal=is_vision_language_model(Path(model_dir)),
     )
     path = render_llmapi_repository(out_dir, settings, overwrite=True)
     return DevRepository(path, Path(model_dir), f"llmapi {profile}", "llmapi", settings.name)

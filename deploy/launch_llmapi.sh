@@ -31,6 +31,8 @@ Usage: deploy/launch_llmapi.sh --model-repo DIR [--hf-model MODEL [render option
   --max-batch-size N      the LLM API's batch limit (default 64)                         [MAX_BATCH_SIZE]
   --no-kv-cache-reuse     turn KV cache block reuse off (default on)
   --no-decoupled          answer each request once (default: decoupled, streaming)
+  --multimodal            a vision-language model: model.yaml's triton_config.multimodal,
+                          so the model reads the image_url input                         [LLMAPI_MULTIMODAL=1]
   --profile P             current | v1.2: which upstream config.pbtxt (default current)  [LLMAPI_PROFILE]
   --slurm                 several nodes: srun --mpi=pmix ... trtllm-llmapi-launch tritonserver
   --nodes N               with --slurm: nodes (default 1)                                [SLURM_NODES]
@@ -64,6 +66,7 @@ TRITONSERVER=${TRITONSERVER:-/opt/tritonserver/bin/tritonserver}
 PYTHON=${PYTHON:-python3}
 KV_REUSE=1
 DECOUPLED=1
+LLMAPI_MULTIMODAL=${LLMAPI_MULTIMODAL:-0}
 SLURM=0
 DRY_RUN=0
 SRUN_ARGS=()
@@ -80,6 +83,7 @@ while [[ $# -gt 0 ]]; do
     --max-batch-size) need_value "$@"; MAX_BATCH_SIZE=$2; shift 2 ;;
     --no-kv-cache-reuse) KV_REUSE=0; shift ;;
     --no-decoupled) DECOUPLED=0; shift ;;
+    --multimodal) LLMAPI_MULTIMODAL=1; shift ;;
     --profile) need_value "$@"; LLMAPI_PROFILE=$2; shift 2 ;;
     --slurm) SLURM=1; shift ;;
     --nodes) need_value "$@"; SLURM_NODES=$2; shift 2 ;;
@@ -127,6 +131,7 @@ if [[ -n $HF_MODEL ]]; then
     --pipeline-parallel-size "$PP_SIZE" --max-batch-size "$MAX_BATCH_SIZE" --overwrite)
   [[ $KV_REUSE == 1 ]] || RENDER+=(--no-kv-cache-reuse)
   [[ $DECOUPLED == 1 ]] || RENDER+=(--no-decoupled)
+  [[ $LLMAPI_MULTIMODAL != 1 ]] || RENDER+=(--multimodal)
   [[ -z $LLMAPI_UPSTREAM_DIR ]] || RENDER+=(--upstream "$LLMAPI_UPSTREAM_DIR")
 fi
 

@@ -9,7 +9,12 @@ parsed into Triton's ``ModelConfig`` protobuf and the ensemble wiring is checked
 moved into place.
 
 ``python -m deploy.model_repo render-llmapi --model HF_MODEL --out DIR ...`` renders a repository for
-TensorRT-LLM's llmapi Python model instead (config.pbtxt and model.yaml).
+TensorRT-LLM's llmapi Python model instead (config.pbtxt and model.yaml; ``--multimodal`` for a
+vision-language model).
+
+``python -m deploy.model_repo render-multimodal --upstream ALL_MODELS --engine-dir E --visual-engine-dir V
+--hf-model-dir M --out DIR`` assembles upstream's C++ multimodal repository (preprocessing ->
+multimodal_encoders -> tensorrt_llm -> postprocessing) and fills in its parameters.
 """
 
 from __future__ import annotations
@@ -903,6 +908,9 @@ class LlmapiSettings:
     # The KV cache block size, written to model.yaml and as the config parameter the gateway reads
     # it from (to report cached prompt tokens); None: the LLM API's default, not reported.
     tokens_per_block: int | None = None
+    # Images in: model.yaml's `triton_config.multimodal`, without which upstream's model.py ignores
+    # the `image_url` input (a vision-language model then answers as if no image had been sent).
+    multimodal: bool = False
 
     def model_yaml(self) -> str:
         data: dict[str, object] = {
@@ -916,7 +924,11 @@ class LlmapiSettings:
                 "free_gpu_memory_fraction": self.free_gpu_memory_fraction,
                 **({} if self.tokens_per_block is None else {"tokens_per_block": self.tokens_per_block}),
             },
-            "triton_config": {"max_batch_size": 0, "decoupled": self.decoupled},
+            "triton_config": {
+                "max_batch_size": 0,
+                "decoupled": self.decoupled,
+                **({"multimodal": True} if self.multimodal else {}),
+            },
         }
         if self.stand_in:
             data["cpu_stand_in"] = {"profile": self.profile, "engine_threads": 1}
@@ -993,12 +1005,231 @@ def render_llmapi_repository(
                     "\n# model.yaml's kv_cache_config.tokens_per_block, for the gateway.\n"
                     f'parameters {{ key: "tokens_per_block" value {{ string_value: "{block}" }} }}\n'
                 )
-        load_model_configs(staging)
+        configs = load_model_configs(staging)
+        if settings.multimodal and "image_url" not in {t.name for t in configs[settings.name].input}:
+            # Without the input Triton refuses every request that carries images.
+            raise ModelRepoError(
+                f"{settings.name}/config.pbtxt declares no image_url input, so it cannot take images: "
+                "use the current profile or an upstream model newer than TensorRT-LLM 1.2"
+            )
         _publish(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     logger.info("rendered llmapi (%s) model repository in %s", settings.profile, out_dir)
+    return out_dir
+
+
+# The C++ multimodal repository is upstream's own (TensorRT-LLM's triton_backend/all_models, which the
+# NGC trtllm container and a TensorRT-LLM checkout both carry): its preprocessing model loads and
+# processes the images with the model's transformers processor and its multimodal_encoders model runs
+# the visual engine, code that must match the TensorRT-LLM release serving it. So it is assembled from
+# that tree and filled in, as upstream's docs do with tools/fill_template.py, never re-templated here.
+MULTIMODAL_MODELS: Final = {
+    "preprocessing": "inflight_batcher_llm",
+    "multimodal_encoders": "multimodal",
+    "tensorrt_llm": "inflight_batcher_llm",
+    "postprocessing": "inflight_batcher_llm",
+    "ensemble": "multimodal",
+}
+# The parameters each model's template must have: a tree without them is another release's layout
+# (or not the multimodal one), and filling it would leave the engine or the encoder unconfigured.
+# `a|b`: either name (releases before 0.19 called the visual engine visual_model_path).
+_MULTIMODAL_REQUIRED: Final = {
+    "preprocessing": ("tokenizer_dir", "multimodal_model_path|visual_model_path", "engine_dir"),
+    "multimodal_encoders": ("multimodal_model_path|visual_model_path",),
+    "tensorrt_llm": ("engine_dir", "decoupled_mode"),
+    "postprocessing": ("tokenizer_dir",),
+    "ensemble": ("triton_max_batch_size",),
+}
+_TRITON_TYPES: Final = ("TYPE_FP16", "TYPE_BF16", "TYPE_FP32")
+
+
+@dataclass(frozen=True, slots=True)
+class MultimodalSettings:
+    """One C++ multimodal repository: the paths as Triton will see them and the values upstream's
+    templates ask for (upstream's docs' values where they give one)."""
+
+    # The LLM engine (trtllm-build --max_multimodal_len ...) and the visual engine
+    # (build_multimodal_engine.py's output directory, multimodal_model_path).
+    engine_dir: str
+    visual_engine_dir: str
+    # The Hugging Face model directory: tokenizer, processor and config (hf_model_path).
+    hf_model_dir: str
+    tokenizer_dir: str | None = None
+    max_batch_size: int = 8
+    # Images per request the preprocessing model accepts (build the engine's max_multimodal_len for it).
+    max_num_images: int = 1
+    decoupled: bool = True
+    # The prompt left out of whole (non-streaming) output ids, as the text repository renders it.
+    exclude_input_in_output: bool = True
+    kv_cache_free_gpu_mem_fraction: float = 0.9
+    # Off by default: with reuse on, every request must send prompt_table_extra_id (one id per image
+    # content), or a new image would reuse the KV blocks of another image's placeholder tokens.
+    enable_kv_cache_reuse: bool = False
+    batch_scheduler_policy: str = "guaranteed_no_evict"
+    # Data type of the visual features (TYPE_BF16 for mllama, TYPE_FP16 for the others).
+    encoder_input_features_data_type: str = "TYPE_FP16"
+    prompt_embedding_table_data_type: str = "TYPE_FP16"
+    # Encoder-decoder (mllama) models only: the share of the KV cache for cross attention.
+    cross_kv_cache_fraction: float | None = None
+    # 0: each image is encoded as soon as it arrives (upstream's example waits 20 ms to batch them).
+    max_queue_delay_microseconds: int = 0
+    preprocessing_instance_count: int = 1
+    postprocessing_instance_count: int = 1
+    # Further template values, by model (e.g. {"tensorrt_llm": {"enable_chunked_context": "true"}}).
+    extra: Mapping[str, Mapping[str, str]] | None = None
+
+    def values(self) -> dict[str, dict[str, str]]:
+        """Every model's template values, as upstream's fill_template.py takes them."""
+
+        def flag(value: bool) -> str:
+            return "true" if value else "false"
+
+        tokenizer = self.tokenizer_dir or self.hf_model_dir
+        batch = str(self.max_batch_size)
+        delay = str(self.max_queue_delay_microseconds)
+        values = {
+            "preprocessing": {
+                "tokenizer_dir": tokenizer,
+                "triton_max_batch_size": batch,
+                "preprocessing_instance_count": str(self.preprocessing_instance_count),
+                "multimodal_model_path": self.visual_engine_dir,
+                "visual_model_path": self.visual_engine_dir,
+                "engine_dir": self.engine_dir,
+                "max_num_images": str(self.max_num_images),
+                "max_queue_delay_microseconds": delay,
+                "max_queue_size": "0",
+                "add_special_tokens": "true",
+            },
+            "multimodal_encoders": {
+                "triton_max_batch_size": batch,
+                "multimodal_model_path": self.visual_engine_dir,
+                "visual_model_path": self.visual_engine_dir,
+                "hf_model_path": self.hf_model_dir,
+                "encoder_input_features_data_type": self.encoder_input_features_data_type,
+                "prompt_embedding_table_data_type": self.prompt_embedding_table_data_type,
+                "max_queue_delay_microseconds": delay,
+                "max_queue_size": "0",
+            },
+            "tensorrt_llm": {
+                "triton_backend": "tensorrtllm",
+                "triton_max_batch_size": batch,
+                "decoupled_mode": flag(self.decoupled),
+                "max_beam_width": "1",
+                "engine_dir": self.engine_dir,
+                "enable_kv_cache_reuse": flag(self.enable_kv_cache_reuse),
+                "batching_strategy": "inflight_fused_batching",
+                "batch_scheduler_policy": self.batch_scheduler_policy,
+                "max_queue_delay_microseconds": "0",
+                "max_queue_size": "0",
+                "enable_chunked_context": "false",
+                "encoder_input_features_data_type": self.encoder_input_features_data_type,
+                "prompt_embedding_table_data_type": self.prompt_embedding_table_data_type,
+                "logits_datatype": "TYPE_FP32",
+                "kv_cache_free_gpu_mem_fraction": format(self.kv_cache_free_gpu_mem_fraction, "g"),
+                "exclude_input_in_output": flag(self.exclude_input_in_output),
+                **(
+                    {}
+                    if self.cross_kv_cache_fraction is None
+                    else {"cross_kv_cache_fraction": format(self.cross_kv_cache_fraction, "g")}
+                ),
+            },
+            "postprocessing": {
+                "tokenizer_dir": tokenizer,
+                "triton_max_batch_size": batch,
+                "postprocessing_instance_count": str(self.postprocessing_instance_count),
+                "skip_special_tokens": "true",
+            },
+            "ensemble": {"triton_max_batch_size": batch, "logits_datatype": "TYPE_FP32"},
+        }
+        for model, more in (self.extra or {}).items():
+            if model not in values:
+                raise ModelRepoError(f"no model {model!r} in the multimodal repository ({', '.join(values)})")
+            values[model].update(more)
+        return values
+
+
+def _fill_upstream_template(text: str, values: Mapping[str, str], *, source: str) -> str:
+    """`${key}` -> value, as upstream's fill_template.py does; what is left must be a parameter's
+    string_value (the backend reads a `${...}` value as not set), never a field Triton parses."""
+    for key, value in values.items():
+        if _FORBIDDEN_CHARS.search(value):
+            raise TemplateVariableError(
+                key, f"must not contain quotes, backslashes, newlines or '${{': {value!r}"
+            )
+        text = text.replace("${" + key + "}", value)
+    for line in text.splitlines():
+        code = line.split("#", 1)[0]
+        left = _PLACEHOLDER.search(code)
+        if left and "string_value" not in code:
+            raise ModelConfigValidationError(source, f"${{{left.group(1)}}} is not filled in: {line.strip()}")
+    return text
+
+
+def render_multimodal_repository(
+    out_dir: Path, settings: MultimodalSettings, *, upstream: Path, overwrite: bool = False
+) -> Path:
+    """Assemble the C++ multimodal repository (preprocessing -> multimodal_encoders -> tensorrt_llm ->
+    postprocessing, and its ensemble) from ``upstream``, a TensorRT-LLM ``triton_backend/all_models``
+    directory (tensorrtllm_backend's ``all_models`` up to v0.19), and fill in its parameters. Every
+    config is parsed and the ensemble's wiring checked before the repository is put in place."""
+    upstream = Path(upstream)
+    if settings.max_batch_size < 1 or settings.max_num_images < 1:
+        raise ModelRepoError("max_batch_size and max_num_images must be >= 1")
+    if not 0.0 < settings.kv_cache_free_gpu_mem_fraction <= 1.0:
+        raise ModelRepoError("kv_cache_free_gpu_mem_fraction must be in (0, 1]")
+    for name in ("encoder_input_features_data_type", "prompt_embedding_table_data_type"):
+        if getattr(settings, name) not in _TRITON_TYPES:
+            raise ModelRepoError(f"{name} must be one of {', '.join(_TRITON_TYPES)}")
+    if settings.batch_scheduler_policy not in ("guaranteed_no_evict", "max_utilization"):
+        raise ModelRepoError("batch_scheduler_policy must be guaranteed_no_evict or max_utilization")
+    for model, kind in MULTIMODAL_MODELS.items():
+        if not (upstream / kind / model / "config.pbtxt").is_file():
+            raise ModelRepoError(
+                f"{upstream} has no {kind}/{model}/config.pbtxt: pass TensorRT-LLM's "
+                "triton_backend/all_models (a release up to 1.2, which still ships all_models/multimodal)"
+            )
+    values = settings.values()
+    out_dir = Path(out_dir).absolute()
+    if out_dir.exists() and not overwrite and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ModelRepoError(f"{out_dir} exists and is not empty (pass overwrite=True / --overwrite)")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.render-", dir=out_dir.parent))
+    try:
+        for model, kind in MULTIMODAL_MODELS.items():
+            src = upstream / kind / model
+            dst = staging / model
+            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            config_file = dst / "config.pbtxt"
+            text = config_file.read_text()
+            missing = [
+                names
+                for names in _MULTIMODAL_REQUIRED[model]
+                if not any("${" + key + "}" in text for key in names.split("|"))
+            ]
+            if missing:
+                raise ModelConfigValidationError(
+                    f"{kind}/{model}/config.pbtxt",
+                    f"has no ${{{missing[0].split('|')[0]}}}: not the multimodal layout this renderer fills "
+                    "(TensorRT-LLM's triton_backend/all_models, up to 1.2)",
+                )
+            config_file.write_text(
+                _fill_upstream_template(text, values[model], source=f"{model}/config.pbtxt")
+            )
+            (dst / "1").mkdir(exist_ok=True)
+        configs = validate_repository(staging)
+        inputs = {t.name for t in configs["ensemble"].input}
+        if not inputs & {"image_url_input", "image_bytes_input"}:
+            raise ModelConfigValidationError(
+                "ensemble/config.pbtxt",
+                "takes no image_url_input or image_bytes_input: not the multimodal ensemble",
+            )
+        _publish(staging, out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    logger.info("rendered the C++ multimodal model repository in %s", out_dir)
     return out_dir
 
 
@@ -1084,7 +1315,56 @@ def main(argv: Sequence[str] | None = None) -> int:
     llmapi.add_argument(
         "--stand-in", action="store_true", help="the CPU stand-in instead of upstream's model.py"
     )
+    llmapi.add_argument(
+        "--multimodal",
+        action="store_true",
+        help="a vision-language model: model.yaml's triton_config.multimodal, so the model reads image_url",
+    )
     llmapi.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out")
+    mm = sub.add_parser(
+        "render-multimodal",
+        help="assemble and fill upstream's C++ multimodal repository (vision-language models, GPU hosts)",
+    )
+    mm.add_argument(
+        "--upstream",
+        required=True,
+        type=Path,
+        help="TensorRT-LLM's triton_backend/all_models (a release up to 1.2), whose models are copied",
+    )
+    mm.add_argument("--out", required=True, type=Path, help="repository directory to create")
+    mm.add_argument("--engine-dir", required=True, help="the LLM engine, as Triton will see it")
+    mm.add_argument(
+        "--visual-engine-dir", required=True, help="the visual engine (build_multimodal_engine.py's output)"
+    )
+    mm.add_argument(
+        "--hf-model-dir", required=True, help="the Hugging Face model directory (processor, config)"
+    )
+    mm.add_argument("--tokenizer-dir", default=None, help="default: --hf-model-dir")
+    mm.add_argument("--max-batch-size", type=int, default=8)
+    mm.add_argument("--max-num-images", type=int, default=1, help="images per request (default 1)")
+    mm.add_argument("--decoupled", action=argparse.BooleanOptionalAction, default=True)
+    mm.add_argument("--kv-cache-reuse", action=argparse.BooleanOptionalAction, default=False)
+    mm.add_argument("--kv-cache-free-gpu-mem-fraction", type=float, default=0.9)
+    mm.add_argument(
+        "--batch-scheduler-policy",
+        default="guaranteed_no_evict",
+        choices=("guaranteed_no_evict", "max_utilization"),
+    )
+    mm.add_argument(
+        "--encoder-dtype", default="TYPE_FP16", choices=_TRITON_TYPES, help="TYPE_BF16 for mllama"
+    )
+    mm.add_argument("--prompt-table-dtype", default="TYPE_FP16", choices=_TRITON_TYPES)
+    mm.add_argument("--cross-kv-cache-fraction", type=float, default=None, help="mllama only (e.g. 0.5)")
+    mm.add_argument("--max-queue-delay-microseconds", type=int, default=0)
+    mm.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="MODEL.KEY=VALUE",
+        help="another template value, e.g. tensorrt_llm.enable_chunked_context=true",
+    )
+    mm.add_argument("--overwrite", action="store_true", help="replace an existing non-empty --out")
     listing = sub.add_parser("variables", help="list template variables with defaults and descriptions")
     listing.add_argument("--backend", choices=BACKENDS, default=None)
     args = parser.parse_args(argv)
@@ -1106,10 +1386,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             free_gpu_memory_fraction=args.free_gpu_memory_fraction,
             stand_in=args.stand_in,
             tokens_per_block=args.tokens_per_block,
+            multimodal=args.multimodal,
         )
         try:
             out = render_llmapi_repository(
                 args.out, settings, upstream=args.upstream, overwrite=args.overwrite
+            )
+        except ModelRepoError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return 2
+        sys.stdout.write(f"{out}\n")
+        return 0
+    if args.command == "render-multimodal":
+        try:
+            extra: dict[str, dict[str, str]] = {}
+            for key, value in parse_assignments(args.assignments).items():
+                model, dot, name = key.partition(".")
+                if not dot or not name:
+                    raise TemplateVariableError(key, "expected --set MODEL.KEY=VALUE")
+                extra.setdefault(model, {})[name] = value
+            mm_settings = MultimodalSettings(
+                engine_dir=args.engine_dir,
+                visual_engine_dir=args.visual_engine_dir,
+                hf_model_dir=args.hf_model_dir,
+                tokenizer_dir=args.tokenizer_dir,
+                max_batch_size=args.max_batch_size,
+                max_num_images=args.max_num_images,
+                decoupled=args.decoupled,
+                kv_cache_free_gpu_mem_fraction=args.kv_cache_free_gpu_mem_fraction,
+                enable_kv_cache_reuse=args.kv_cache_reuse,
+                batch_scheduler_policy=args.batch_scheduler_policy,
+                encoder_input_features_data_type=args.encoder_dtype,
+                prompt_embedding_table_data_type=args.prompt_table_dtype,
+                cross_kv_cache_fraction=args.cross_kv_cache_fraction,
+                max_queue_delay_microseconds=args.max_queue_delay_microseconds,
+                extra=extra,
+            )
+            out = render_multimodal_repository(
+                args.out, mm_settings, upstream=args.upstream, overwrite=args.overwrite
             )
         except ModelRepoError as exc:
             sys.stderr.write(f"error: {exc}\n")

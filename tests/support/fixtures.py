@@ -33,3 +33,10 @@ def build_tiny(kind: str) -> Path:
     from deploy.tiny_model import build_tiny_model
 
     return build_tiny_model(kind)
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_vlm_dir() -> Path:
+    from deploy.tiny_vlm import build_vlm_model
+
+    return build_vlm_model("gemma3")

@@ -1,4 +1,5 @@
-"""Images and image servers for tests: real PNG/JPEG bytes made with Pillow, hostile ones (a
+"""Images and image servers for tests, and transformers' own answer for images (the reference
+the stack must equal): real PNG/JPEG bytes made with Pillow, hostile ones (a
 header that declares a huge image, a truncated file), and a local HTTP server on a loopback
 address that counts the requests it gets (a refused server must show none)."""
 
@@ -12,6 +13,8 @@ import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from PIL import Image
@@ -58,8 +61,46 @@ def truncated_png() -> bytes:
     return data[: len(data) // 2]
 
 
-def data_uri(data: bytes, mime: str = "image/png") -> str:
+def data_uri(data: bytes, mime: str | None = None) -> str:
+    """A base64 data: URI declaring `mime`; by default JPEG bytes are declared image/jpeg and
+    anything else image/png (so bytes that are no image still claim to be one)."""
+    if mime is None:
+        mime = "image/jpeg" if data.startswith(b"\xff\xd8\xff") else "image/png"
     return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def image_bytes(kind: str, size: tuple[int, int], seed: int) -> bytes:
+    """A deterministic picture with some structure (gradients and noise), PNG or JPEG encoded."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    width, height = size
+    x = np.linspace(0, 255, width)[None, :, None]
+    y = np.linspace(0, 255, height)[:, None, None]
+    base = np.concatenate([x + 0 * y, y + 0 * x, (x + y) / 2], axis=2)
+    pixels = np.clip(base * rng.uniform(0.2, 1.0, 3) + rng.normal(0, 40, (height, width, 3)), 0, 255)
+    out = io.BytesIO()
+    Image.fromarray(pixels.astype("uint8"), "RGB").save(out, format=kind.upper())
+    return out.getvalue()
+
+
+def reference_greedy(
+    model_dir: Path, messages: list[dict[str, Any]], images: list[bytes], max_new_tokens: int
+) -> tuple[str, int]:
+    """transformers' greedy text for chat ``messages`` whose ``{"type": "image"}`` parts take
+    ``images`` in order, and the processor's prompt token count: its processor and ``generate``."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(str(model_dir))
+    model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).eval()
+    pictures = [Image.open(io.BytesIO(b)).convert("RGB") for b in images]
+    prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=prompt, images=pictures or None, return_tensors="pt", add_special_tokens=False)
+    with torch.inference_mode():
+        out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    prompt_len = int(inputs["input_ids"].shape[1])
+    return processor.decode(out[0][prompt_len:], skip_special_tokens=True), prompt_len
 
 
 @dataclass

@@ -107,7 +107,7 @@ class ChatCompletionsService(GenerationService):
         prompt_top = v.prompt_scoring(runtime, body.prompt_logprobs, param="prompt_logprobs")
         with tracing.span("tokenize", model=runtime.name):
             prompt = chat_prompt(
-                runtime, await runtime.tokenizer.render_chat(messages, **template_kwargs), images
+                runtime, await runtime.tokenizer.render_chat(messages, **template_kwargs), images, messages
             )
             ids, max_tokens = await v.prompt_budget(
                 runtime,

@@ -2,10 +2,19 @@
 
 Stop and bad words are tokenized one string at a time (as the stock model does) into the [2, -1] word
 list format; END_ID/PAD_ID default to the tokenizer's eos/pad ids.
+
+Where the config declares a PIXEL_VALUES output (the multimodal repository), a request's images
+(IMAGE_URL data: URIs, or IMAGE_BYTES pixels with IMAGE_SIZES) and its prompt go through the model's
+transformers processor, as TensorRT-LLM's multimodal preprocessing does: the processor expands each
+image placeholder of the prompt into the image's tokens, which become prompt-table ids (vocabulary
+size + k, k counting the request's image tokens), and its pixel values go on to the encoder.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 import json
 from typing import Any
 
@@ -57,6 +66,17 @@ class TritonPythonModel:
         self.end_id = int(eos) if eos is not None else -1
         self.pad_id = int(pad) if pad is not None else self.end_id
         self.vocab_size = len(self.tokenizer)
+        self.processor: Any = None
+        if any(o["name"] == "PIXEL_VALUES" for o in config.get("output", [])):
+            from transformers import AutoConfig, AutoProcessor
+
+            self.processor = AutoProcessor.from_pretrained(tokenizer_dir)
+            model_config = AutoConfig.from_pretrained(tokenizer_dir)
+            self.image_token_id = int(model_config.image_token_id)
+            # Prompt-table ids start after the language model's vocabulary (its embedding rows).
+            self.table_base = int(model_config.get_text_config().vocab_size)
+            size = self.processor.image_processor.size
+            self.pixel_shape = (3, int(size["height"]), int(size["width"]))
 
     def _words(self, request: Any, name: str, batch: int) -> list[list[list[int]]]:
         value = _input(request, name)
@@ -95,14 +115,66 @@ class TritonPythonModel:
             return np.full((batch, 1), default, dtype=np.int32)
         return value.reshape(value.shape[0], -1)[:, :1].astype(np.int32)
 
+    def _images(self, request: Any) -> list[Any]:
+        """The request's images, in order: IMAGE_URL's data: URIs (this stand-in fetches nothing),
+        else IMAGE_BYTES' pixel arrays cut to IMAGE_SIZES."""
+        from PIL import Image
+
+        urls = _input(request, "IMAGE_URL")
+        pixels = _input(request, "IMAGE_BYTES")
+        if urls is not None and pixels is not None:
+            raise ValueError("IMAGE_URL and IMAGE_BYTES are exclusive")
+        images = []
+        if urls is not None:
+            for url in urls.reshape(-1).tolist():
+                text = _text(url)
+                head, comma, payload = text.partition(",")
+                if not (head.startswith("data:image/") and head.endswith(";base64") and comma):
+                    raise ValueError("IMAGE_URL takes base64 data: URIs of images")
+                try:
+                    data = base64.b64decode(payload, validate=True)
+                except (binascii.Error, ValueError):
+                    raise ValueError("IMAGE_URL has a data: URI that is not valid base64") from None
+                # The format is read from the bytes, as PIL does in TensorRT-LLM's preprocessing.
+                images.append(Image.open(io.BytesIO(data)).convert("RGB"))
+        elif pixels is not None:
+            arrays = pixels.reshape(-1, *pixels.shape[-3:])
+            sizes = _input(request, "IMAGE_SIZES")
+            sizes = None if sizes is None else sizes.reshape(-1, 2)
+            if sizes is not None and len(sizes) != len(arrays):
+                raise ValueError(f"IMAGE_SIZES has {len(sizes)} rows for {len(arrays)} images")
+            for i, array in enumerate(arrays):
+                if sizes is not None:
+                    array = array[: int(sizes[i][0]), : int(sizes[i][1])]
+                images.append(Image.fromarray(np.ascontiguousarray(array), "RGB"))
+        return images
+
     def _respond(self, request: Any) -> Any:
         query = _input(request, "QUERY")
         output_len = _input(request, "REQUEST_OUTPUT_LEN")
         batch = query.shape[0]
-        prompts = [
-            self.tokenizer.encode(_text(q), add_special_tokens=self.add_special_tokens)
-            for q in query.reshape(batch, -1)[:, 0].tolist()
-        ]
+        texts = [_text(q) for q in query.reshape(batch, -1)[:, 0].tolist()]
+        pixel_values = None
+        if self.processor is not None:
+            if batch != 1:
+                raise ValueError("a multimodal request carries one prompt")
+            images = self._images(request)
+            encoded = self.processor(
+                text=texts[0],
+                images=images or None,
+                add_special_tokens=self.add_special_tokens,
+                return_tensors="np",
+            )
+            ids = [int(t) for t in encoded["input_ids"][0]]
+            next_row = iter(range(self.table_base, self.table_base + len(ids)))
+            prompts = [[next(next_row) if t == self.image_token_id else t for t in ids]]
+            pixel_values = (
+                np.asarray(encoded["pixel_values"], dtype=np.float32)[None]
+                if images
+                else np.zeros((1, 0, *self.pixel_shape), dtype=np.float32)
+            )
+        else:
+            prompts = [self.tokenizer.encode(t, add_special_tokens=self.add_special_tokens) for t in texts]
         if any(not p for p in prompts):
             raise ValueError("the prompt tokenizes to no tokens")
         pad_ids = self._ids(request, "PAD_ID", self.pad_id, batch)
@@ -121,6 +193,8 @@ class TritonPythonModel:
             "OUT_END_ID": self._ids(request, "END_ID", self.end_id, batch),
             "OUT_PAD_ID": pad_ids,
         }
+        if pixel_values is not None:
+            tensors["PIXEL_VALUES"] = pixel_values
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(n, v) for n, v in tensors.items()])
 
     def execute(self, requests: list[Any]) -> list[Any]:

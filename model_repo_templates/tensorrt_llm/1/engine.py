@@ -458,6 +458,9 @@ class RequestGroup:
     # The LoRA inputs, and the cached adapter they resolved to (pinned while the request runs).
     lora: LoraInput | None = None
     adapter: LoraAdapter | None = None
+    # The multimodal encoder's output (``prompt_embedding_table``, [rows, hidden]): prompt ids from
+    # the vocabulary size on stand for its rows, as in TensorRT-LLM's prompt tuning.
+    prompt_table: np.ndarray | None = None
     # Sequences not finished yet, and (non-streaming) sequences whose result is not sent yet.
     unfinished: int = 0
     unsent_results: int = 0
@@ -466,6 +469,15 @@ class RequestGroup:
     @property
     def task_id(self) -> int:
         return self.lora.task_id if self.lora is not None else 0
+
+    @property
+    def kv_key(self) -> int:
+        """What a prompt's KV blocks are keyed by besides its ids: the LoRA task, and the prompt
+        table's content (the same placeholder ids stand for different images)."""
+        if self.prompt_table is None:
+            return self.task_id
+        digest = hashlib.blake2b(np.ascontiguousarray(self.prompt_table).tobytes(), digest_size=8).digest()
+        return self.task_id ^ int.from_bytes(digest, "little")
 
 
 @dataclass(eq=False)
@@ -939,13 +951,46 @@ class TransformersRunner:
     def batch_size(self) -> int:
         return len(self._uids)
 
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.get_text_config().hidden_size)
+
+    def _image_inputs(self, ids: Any, prompt_table: np.ndarray) -> dict[str, Any]:
+        """The prompt table's rows as the model's image features, in place of the ids that stand
+        for them (rewritten in ``ids`` to the model's image token): what a vision-language model's
+        forward takes after its vision tower, so the result is ``generate``'s for the same images.
+        Image tokens get token type 1, which some models (Gemma 3) read to let an image's tokens
+        attend to each other both ways."""
+        from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+        torch = self._torch
+        image_token = getattr(self.model.config, "image_token_id", None)
+        if image_token is None:
+            raise EngineError(
+                "prompt_embedding_table needs a vision-language model (its config has no image_token_id)"
+            )
+        fake = ids >= self.vocab_size
+        rows = ids[fake] - self.vocab_size
+        ids[fake] = int(image_token)
+        table = torch.from_numpy(np.ascontiguousarray(prompt_table)).to(self.device, dtype=self.model.dtype)
+        features = table[rows.to(self.device)][None]
+        return {
+            "token_type_ids": fake.long().to(self.device),
+            "mm_encoder_outputs": {"image": BaseModelOutputWithPooling(pooler_output=features)},
+        }
+
     def prefill(
-        self, prompt: list[int], want_context_logits: bool, adapter: LoraAdapter | None = None
+        self,
+        prompt: list[int],
+        want_context_logits: bool,
+        adapter: LoraAdapter | None = None,
+        prompt_table: np.ndarray | None = None,
     ) -> tuple[Any, np.ndarray | None, Any]:
         torch = self._torch
         with torch.inference_mode(), self._lora([adapter]):
             ids = torch.tensor([prompt], dtype=torch.long)
-            out = self.model(input_ids=ids if self.on_cpu else ids.to(self.device), use_cache=True)
+            extra = {} if prompt_table is None else self._image_inputs(ids, prompt_table)
+            out = self.model(input_ids=ids if self.on_cpu else ids.to(self.device), use_cache=True, **extra)
         kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
         context = out.logits[0].float().cpu().numpy().copy() if want_context_logits else None
         last = out.logits[0, -1].float()
@@ -1223,8 +1268,20 @@ class Engine:
             self._fail(group, "the engine is shutting down")
 
     def submit(self, group: RequestGroup) -> None:
+        table_rows = 0
+        if group.prompt_table is not None:
+            if self._runner is None:
+                raise EngineError(
+                    "prompt_embedding_table needs engine_mode=model (synthetic mode has no model)"
+                )
+            if group.prompt_table.ndim != 2 or group.prompt_table.shape[1] != self._runner.hidden_size:
+                raise EngineError(
+                    f"prompt_embedding_table must be [rows, {self._runner.hidden_size}], "
+                    f"got {list(group.prompt_table.shape)}"
+                )
+            table_rows = int(group.prompt_table.shape[0])
         for prompt, params in zip(group.prompts, group.params, strict=True):
-            self._check_request(prompt, params)
+            self._check_request(prompt, params, table_rows)
         if group.lora is not None:
             if self.lora_cache is None:
                 raise EngineError("LoRA is not enabled on this model (set its lora_target_modules parameter)")
@@ -1252,16 +1309,19 @@ class Engine:
             self._stop_ids.add(request_id)
             self._lock.notify_all()
 
-    def _check_request(self, prompt: list[int], params: SamplingParams) -> None:
+    def _check_request(self, prompt: list[int], params: SamplingParams, table_rows: int = 0) -> None:
         if not prompt:
             raise EngineError("input_ids must not be empty")
         if params.max_new_tokens < 1:
             raise EngineError(f"request_output_len must be >= 1, got {params.max_new_tokens}")
         vocab = self.vocab_size
         if vocab is not None:
-            bad = [t for t in prompt if not 0 <= t < vocab]
+            bad = [t for t in prompt if not 0 <= t < vocab + table_rows]
             if bad:
-                raise EngineError(f"input_ids out of the vocabulary range [0, {vocab}): {bad[:5]}")
+                raise EngineError(
+                    f"input_ids out of the vocabulary range [0, {vocab}) and the prompt table's "
+                    f"[{vocab}, {vocab + table_rows}): {bad[:5]}"
+                )
             if params.embedding_bias is not None and params.embedding_bias.size > vocab:
                 raise EngineError(
                     f"embedding_bias has {params.embedding_bias.size} entries, vocabulary is {vocab}"
@@ -1360,7 +1420,7 @@ class Engine:
             if self._kv is not None:
                 for seq in done:
                     if seq.blocks is not None:
-                        self._kv.release(seq.blocks, seq.prompt + seq.generated, seq.group.task_id)
+                        self._kv.release(seq.blocks, seq.prompt + seq.generated, seq.group.kv_key)
             if self._runner is not None:
                 self._runner.remove(s.uid for s in done if s.in_runner)
             self._active = [s for s in self._active if not (s.finished or s.group.closed)]
@@ -1417,7 +1477,7 @@ class Engine:
                 if (
                     busy
                     and self._kv is not None
-                    and not all(self._kv.can_start(p, group.task_id) for p in group.prompts)
+                    and not all(self._kv.can_start(p, group.kv_key) for p in group.prompts)
                 ):
                     break
                 self._pending.popleft()
@@ -1439,7 +1499,7 @@ class Engine:
                     if seq.group is group and seq.in_runner and self._runner is not None:
                         self._runner.remove([seq.uid])
                     if seq.group is group and seq.blocks is not None and self._kv is not None:
-                        self._kv.release(seq.blocks, seq.prompt, seq.group.task_id)
+                        self._kv.release(seq.blocks, seq.prompt, seq.group.kv_key)
                 admitted = [s for s in admitted if s.group is not group]
                 self._deferred = [d for d in self._deferred if d[0] is not group]
                 self._fail(group, f"prefill failed: {exc}")
@@ -1459,7 +1519,7 @@ class Engine:
             seqs.append(seq)
         if self._kv is not None:
             for seq in seqs:
-                seq.blocks = self._kv.start(prompt, group.task_id)
+                seq.blocks = self._kv.start(prompt, group.kv_key)
         if self._runner is None:
             if self._prefill_s_per_token > 0:
                 # The context phase computes the prompt tokens whose KV cache was not reused.
@@ -1470,12 +1530,12 @@ class Engine:
                 seq.synthetic_base = synthetic_base(prompt, params.seed, seq.index)
                 self._accept(seq, synthetic_token(self._candidates, seq.synthetic_base, 0), 0.0, None)
             return seqs
-        if not self._runner.on_cpu:
+        if not self._runner.on_cpu and group.prompt_table is None:
             # On a GPU the context phases of a step run as one batched forward (_prefill_deferred).
             self._deferred.append((group, prompt, params, seqs))
             return seqs
         last_logits, context, kv = self._runner.prefill(
-            prompt, group.options.return_context_logits, group.adapter
+            prompt, group.options.return_context_logits, group.adapter, group.prompt_table
         )
         self._first_tokens(params, seqs, last_logits, context)
         live = [s for s in seqs if not s.finished]
@@ -1547,7 +1607,7 @@ class Engine:
                 if seq.in_runner:
                     self._runner.remove([seq.uid])
                 if seq.blocks is not None and self._kv is not None:
-                    self._kv.release(seq.blocks, seq.prompt, seq.group.task_id)
+                    self._kv.release(seq.blocks, seq.prompt, seq.group.kv_key)
         for group, message in failed.values():
             self._fail(group, message)
         return [s for s in admitted if id(s.group) not in failed]

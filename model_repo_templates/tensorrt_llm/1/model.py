@@ -35,7 +35,6 @@ from engine import (
 )
 
 # Inputs the stock contract declares that this engine cannot honour: a request using them gets an error.
-UNSUPPORTED_INPUTS = ("prompt_embedding_table",)
 _TRUE = ("true", "1", "yes", "on")
 _METRICS_PERIOD_S = 0.01
 _LOG_PERIOD_S = 1.0
@@ -465,9 +464,6 @@ class TritonPythonModel:
         sink.send(None, final=True)
 
     def _group(self, request: Any, sink: Any) -> RequestGroup:
-        for name in UNSUPPORTED_INPUTS:
-            if _input(request, name) is not None:
-                raise EngineError(f"{name} is not supported by the CPU reference engine")
         input_ids = _input(request, "input_ids")
         if input_ids is None or input_ids.ndim != 2:
             raise EngineError("input_ids must have shape [batch, tokens]")
@@ -523,7 +519,18 @@ class TritonPythonModel:
             request_id=request.request_id() or "",
             priority=priority,
             lora=self._lora(request),
+            prompt_table=self._prompt_table(request, batch),
         )
+
+    @staticmethod
+    def _prompt_table(request: Any, batch: int) -> np.ndarray | None:
+        """The multimodal encoder's features for the prompt's placeholder ids ([1, rows, hidden])."""
+        table = _input(request, "prompt_embedding_table")
+        if table is None:
+            return None
+        if batch != 1 or table.ndim != 3 or table.shape[0] != 1:
+            raise EngineError("prompt_embedding_table goes with a single prompt: [1, rows, hidden]")
+        return np.asarray(table[0], dtype=np.float32)
 
     @staticmethod
     def _lora(request: Any) -> LoraInput | None:

