@@ -30,6 +30,7 @@ _METAVARS = {
     "admin_api_keys": "KEY",
     "api_keys": "KEY",
     "cors_origins": "ORIGIN",
+    "allowed_media_domains": "HOST",
     "config_file": "FILE",
     "api_key_file": "FILE",
     "host": "ADDRESS",

@@ -450,6 +450,44 @@ class Settings(BaseSettings):
         default_factory=list,
         description="One key's own limits, key=KEY[,rpm=N][,tpm=N] (a limit left out is the default)",
     )
+    media_url_fetch: bool = Field(
+        default=True,
+        description="Fetch http(s) image URLs (false: images only as data: URIs or base64 blocks). "
+        "Loopback, private, link-local, cloud-metadata and other non-public addresses are always "
+        "refused, after DNS resolution and after every redirect.",
+    )
+    allowed_media_domains: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="The only hosts image URLs may name (exact names, comma-separated in the "
+        "environment); empty: any public host. A host named here may resolve to a private address "
+        "(an internal image server); metadata, multicast and unspecified addresses stay refused.",
+    )
+    media_connect_timeout_s: float = Field(
+        default=5.0, gt=0, description="Longest wait to connect to an image URL's server."
+    )
+    media_read_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest wait for an image URL's bytes (the whole fetch, redirects included).",
+    )
+    media_max_redirects: int = Field(
+        default=3,
+        ge=0,
+        description="Most redirects followed when fetching an image URL (each hop checked again).",
+    )
+    max_image_bytes: int = Field(
+        default=20 * 1024 * 1024,
+        ge=1,
+        description="Largest image, in bytes: a download stops past it, a data: URI or base64 block "
+        "is refused above it (requests are also bounded by max_body_bytes).",
+    )
+    max_images_per_request: int = Field(default=16, ge=0, description="Most images one request may carry.")
+    max_image_pixels: int = Field(
+        default=7680 * 4320,
+        ge=1,
+        description="Largest image, in pixels (width x height), read from its header before "
+        "decoding (decompression bombs).",
+    )
 
     @field_validator("state_url")
     @classmethod
@@ -539,6 +577,7 @@ class Settings(BaseSettings):
         "cors_origins",
         "lora_dynamic_roots",
         "admin_api_keys",
+        "allowed_media_domains",
         mode="before",
     )
     @classmethod

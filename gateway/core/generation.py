@@ -37,6 +37,7 @@ from gateway.errors import (
     UnsupportedParameterError,
     to_gateway_error,
 )
+from gateway.media import MediaConnector, MediaOptions
 from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.ratelimit import current_quota
 from gateway.text.reasoning import ReasoningFormat
@@ -183,11 +184,18 @@ class GenerationService:
     """What the APIs' services share: where models, limits and metrics come from."""
 
     def __init__(
-        self, registry: ModelRegistry, limits: RequestLimits, metrics: GatewayMetrics | None
+        self,
+        registry: ModelRegistry,
+        limits: RequestLimits,
+        metrics: GatewayMetrics | None,
+        *,
+        media: MediaConnector | None = None,
     ) -> None:
         self._registry = registry
         self._limits = limits
         self._metrics = metrics
+        # Where the APIs' image parts are loaded (fetched, decoded, checked): the only way in.
+        self._media = media if media is not None else MediaConnector(MediaOptions())
 
     @classmethod
     def build(
@@ -199,7 +207,7 @@ class GenerationService:
     ) -> S:
         """The service as the app makes it at start-up; a service with settings of its own (a
         store, a key) reads them here."""
-        return cls(registry, limits, metrics)
+        return cls(registry, limits, metrics, media=MediaConnector.from_settings(settings))
 
     async def close(self) -> None:
         """At shutdown: release what the service opened (nothing, unless it has state)."""

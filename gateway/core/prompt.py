@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from gateway.core.models import ModelRuntime
 from gateway.engine import ImageInput
+from gateway.errors import InvalidRequestError
+from gateway.media import ImageRef
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls.registry import template_call_ids
 
@@ -29,6 +31,46 @@ class Prompt:
     add_special_tokens: bool
     # The images whose placeholders the chat template wrote into `text`, in order.
     images: tuple[ImageInput, ...] = ()
+
+
+# A chat template's image part (the Hugging Face convention vision-language templates read:
+# Gemma 3 writes `<start_of_image>` for it, Qwen2-VL `<|vision_start|><|image_pad|><|vision_end|>`).
+IMAGE_PART: Final = {"type": "image"}
+
+
+def template_content(
+    parts: Sequence[str | ImageRef], images: list[ImageRef], *, joiner: str = ""
+) -> str | list[dict[str, Any]]:
+    """A message's content as its chat template takes it: without images, its texts joined as
+    today; with images, text parts and image parts in the client's order (adjacent texts joined),
+    each image appended to `images`, the request's images in prompt order."""
+    if not any(isinstance(p, ImageRef) for p in parts):
+        return joiner.join(p for p in parts if isinstance(p, str))
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if texts:
+            out.append({"type": "text", "text": joiner.join(texts)})
+            texts = []
+        out.append(dict(IMAGE_PART))
+        images.append(part)
+    if texts:
+        out.append({"type": "text", "text": joiner.join(texts)})
+    return out
+
+
+def check_images(runtime: ModelRuntime, images: Sequence[ImageRef], kind: str) -> None:
+    """The 400 a model that takes no images gives (before anything is fetched): it names the
+    first image's field and the API's name for the part (`kind`)."""
+    if images and not runtime.engine.info.images:
+        raise InvalidRequestError(
+            f"content parts of type `{kind}` are not supported by this model (it takes text only)",
+            param=images[0].param,
+            code="images_not_supported",
+        )
 
 
 def raw_prompt(runtime: ModelRuntime, text: str) -> Prompt:

@@ -206,14 +206,12 @@ async def test_unknown_fields_are_accepted(make_client: MakeClient) -> None:
     assert r.status_code == 200
 
 
-async def test_image_parts_are_400_naming_the_message(make_client: MakeClient) -> None:
+async def test_image_parts_on_a_text_only_model_are_400_naming_the_part(make_client: MakeClient) -> None:
     client, _ = await make_client()
     messages = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]
-    assert_error(
-        await client.post("/v1/chat/completions", json={"model": "tiny", "messages": messages}),
-        400,
-        param="messages[0].content",
-    )
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": messages})
+    assert_error(r, 400, param="messages[0].content[0].image_url.url")
+    assert "content parts of type `image_url` are not supported by this model" in r.json()["error"]["message"]
 
 
 async def test_too_many_or_too_long_stop_strings_are_400(make_client: MakeClient) -> None:

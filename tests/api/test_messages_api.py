@@ -263,8 +263,19 @@ async def test_an_output_format_is_a_json_schema_guide(make_client: MakeClient) 
         (body(max_tokens="lots"), "max_tokens: Input should be a valid integer"),
         (body(messages=[{"role": "user", "content": [{"type": "video"}]}]), "Input tag 'video'"),
         (
+            body(
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [{"type": "image", "source": {"type": "url", "url": "http://x/y.png"}}],
+                    }
+                ]
+            ),
+            "content parts of type `image` are not supported by this model",
+        ),
+        (
             body(messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}]),
-            "`image` content blocks",
+            "messages.0.content.0.image.source",
         ),
         (
             body(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]),

@@ -353,7 +353,12 @@ async def test_an_engine_failure_mid_stream_is_a_failed_response(
         (
             {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
             400,
-            "input[0].content[0].type",
+            "input[0].content[0].image_url",
+        ),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]},
+            400,
+            "input[0].content[0].file_id",
         ),
         (
             {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},

@@ -50,6 +50,8 @@ class FakeEngine:
     adds_special_tokens: bool = False
     counts_text: bool = False
     sampling: frozenset[str] | None = None
+    # Whether it takes images (GenerationRequest.images).
+    images: bool = False
     # Fail after this many deltas (None: never), with this error.
     fail_after: int | None = None
     fail_with: type[Exception] = EngineError
@@ -83,6 +85,7 @@ class FakeEngine:
             counts_text=self.counts_text,
             sampling=self.sampling,
             route=self.route,
+            images=self.images,
         )
 
     def output_ids(self, request: GenerationRequest, index: int) -> list[int]:

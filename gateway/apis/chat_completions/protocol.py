@@ -15,14 +15,28 @@ class TextContentPart(BaseModel):
     text: str
 
 
+class ImageURL(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    # An http(s) URL or a data: URI.
+    url: str
+    # OpenAI's resolution hint: accepted; the model's processor decides the resolution.
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImageContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
 class OtherContentPart(BaseModel):
-    """Image, audio, file parts: parsed so the error can name them, not served."""
+    """Audio, file parts: parsed so the error can name them, not served."""
 
     model_config = ConfigDict(extra="allow")
-    type: Literal["image_url", "input_audio", "file", "refusal"]
+    type: Literal["input_audio", "file", "refusal"]
 
 
-ContentPart = Annotated[TextContentPart | OtherContentPart, Field(discriminator="type")]
+ContentPart = Annotated[TextContentPart | ImageContentPart | OtherContentPart, Field(discriminator="type")]
 
 
 class FunctionCall(BaseModel):

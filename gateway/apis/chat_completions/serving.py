@@ -15,6 +15,7 @@ from gateway.apis.chat_completions.protocol import (
     ChatCompletionMessage,
     ChatCompletionRequest,
     ChatMessageIn,
+    ImageContentPart,
     TextContentPart,
 )
 from gateway.apis.chat_completions.stream import ChatChunkWriter
@@ -33,10 +34,17 @@ from gateway.core.generation import (
     stream_failure,
 )
 from gateway.core.output import plan_output
-from gateway.core.prompt import chat_prompt, template_arguments, template_messages
+from gateway.core.prompt import (
+    chat_prompt,
+    check_images,
+    template_arguments,
+    template_content,
+    template_messages,
+)
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.engine import TokenLogprob
 from gateway.errors import InvalidRequestError
+from gateway.media import ImageRef
 from gateway.text.reasoning import ReasoningDelta
 from gateway.text.reply import ReplyCollector, ReplyEvent, ReplyParser
 from gateway.text.tool_calls import ContentDelta, finish_reason
@@ -66,7 +74,12 @@ class ChatCompletionsService(GenerationService):
             model_tool_format=runtime.config.tool_parser,
             guided_decoding=runtime.engine.info.guided_decoding,
         )
-        messages = template_messages(runtime, [_template_message(m, i) for i, m in enumerate(body.messages)])
+        refs: list[ImageRef] = []
+        messages = template_messages(
+            runtime, [_template_message(m, i, refs) for i, m in enumerate(body.messages)]
+        )
+        check_images(runtime, refs, "image_url")
+        images = await self._media.load_images(refs)
         template_kwargs = dict(body.chat_template_kwargs or {})
         for key, value in effort_template_kwargs(body.reasoning_effort).items():
             # The client's chat_template_kwargs say it more precisely, if they say it.
@@ -76,7 +89,9 @@ class ChatCompletionsService(GenerationService):
         requested = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         with tracing.span("tokenize", model=runtime.name):
-            prompt = chat_prompt(runtime, await runtime.tokenizer.render_chat(messages, **template_kwargs))
+            prompt = chat_prompt(
+                runtime, await runtime.tokenizer.render_chat(messages, **template_kwargs), images
+            )
             ids, max_tokens = await v.prompt_budget(
                 runtime,
                 prompt,
@@ -267,19 +282,33 @@ def _reply_chunks(
     return out
 
 
-def _template_message(message: ChatMessageIn, position: int) -> dict[str, Any]:
+def _template_message(message: ChatMessageIn, position: int, images: list[ImageRef]) -> dict[str, Any]:
+    """The message as its chat template takes it; its image parts (user messages only, as in
+    OpenAI's API) become image parts in place, their references appended to `images`."""
     out: dict[str, Any] = {"role": "system" if message.role == "developer" else message.role}
-    content = message.content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, TextContentPart):
+    content: str | list[dict[str, Any]] | None = None
+    if isinstance(message.content, list):
+        parts: list[str | ImageRef] = []
+        for j, part in enumerate(message.content):
+            at = f"messages[{position}].content[{j}]"
+            if isinstance(part, TextContentPart):
+                parts.append(part.text)
+            elif isinstance(part, ImageContentPart) and message.role == "user":
+                parts.append(ImageRef(part.image_url.url, f"{at}.image_url.url"))
+            elif isinstance(part, ImageContentPart):
+                raise InvalidRequestError(
+                    f"content parts of type `image_url` are only accepted in user messages, "
+                    f"not in a `{message.role}` message",
+                    param=at,
+                )
+            else:
                 raise InvalidRequestError(
                     f"content parts of type `{part.type}` are not supported by this model",
                     param=f"messages[{position}].content",
                 )
-            texts.append(part.text)
-        content = "".join(texts)
+        content = template_content(parts, images)
+    else:
+        content = message.content
     out["content"] = content if content is not None else ""
     if message.name is not None:
         out["name"] = message.name

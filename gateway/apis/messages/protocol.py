@@ -2,8 +2,8 @@
 
 Unknown fields are accepted and ignored, as the issue and real agents need: Claude Code sends
 `context_management`, `cache_control` on blocks, `service_tier`, `speed`, `container`, betas
-that grow every month. Block types that carry inputs this gateway cannot serve (images,
-documents, ...) are parsed so the error can name them; a type nobody defines is a validation error.
+that grow every month. Block types that carry inputs this gateway cannot serve (documents, ...)
+are parsed so the error can name them; a type nobody defines is a validation error.
 """
 
 from __future__ import annotations
@@ -57,12 +57,37 @@ class ToolReferenceBlockParam(_Block):
     tool_name: str
 
 
+class Base64ImageSource(_Block):
+    type: Literal["base64"]
+    media_type: str
+    data: str
+
+
+class URLImageSource(_Block):
+    type: Literal["url"]
+    url: str
+
+
+class FileImageSource(_Block):
+    """An image uploaded through Anthropic's Files API: parsed so the 400 can name it."""
+
+    type: Literal["file"]
+    file_id: str
+
+
+ImageSource = Annotated[Base64ImageSource | URLImageSource | FileImageSource, Field(discriminator="type")]
+
+
+class ImageBlockParam(_Block):
+    type: Literal["image"]
+    source: ImageSource
+
+
 class UnservedBlockParam(_Block):
     """Blocks Anthropic defines whose inputs this gateway cannot give a text model; parsed only
     so that the 400 can name them."""
 
     type: Literal[
-        "image",
         "document",
         "search_result",
         "server_tool_use",
@@ -74,7 +99,8 @@ class UnservedBlockParam(_Block):
 
 
 ToolResultContent = Annotated[
-    TextBlockParam | ToolReferenceBlockParam | UnservedBlockParam, Field(discriminator="type")
+    TextBlockParam | ImageBlockParam | ToolReferenceBlockParam | UnservedBlockParam,
+    Field(discriminator="type"),
 ]
 
 ContentBlockParam = Annotated[
@@ -83,6 +109,7 @@ ContentBlockParam = Annotated[
     | ToolResultBlockParam
     | ThinkingBlockParam
     | RedactedThinkingBlockParam
+    | ImageBlockParam
     | UnservedBlockParam,
     Field(discriminator="type"),
 ]

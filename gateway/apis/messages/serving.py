@@ -33,7 +33,7 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
-from gateway.core.prompt import Prompt, chat_prompt, template_messages
+from gateway.core.prompt import Prompt, chat_prompt, check_images, template_messages
 from gateway.engine import SamplingParams
 from gateway.logs import current_request
 
@@ -84,9 +84,11 @@ class MessagesService(GenerationService):
         if plan.template_tools is not None:
             kwargs["tools"] = plan.template_tools
         messages = template_messages(runtime, chat.messages)
+        check_images(runtime, chat.images, "image")
+        images = await self._media.load_images(chat.images)
         with tracing.span("tokenize", model=runtime.name):
             rendered = await runtime.tokenizer.render_chat(messages, **kwargs)
-            return chat_prompt(runtime, rendered), plan
+            return chat_prompt(runtime, rendered, images), plan
 
     async def prepare(
         self,
@@ -186,8 +188,8 @@ class MessagesService(GenerationService):
         await runtime.engine.ensure_ready()
         _note_ignored(body.model_extra)
         prompt, _ = await self._render(runtime, to_chat(body))
-        # Counted as the engine sees it.
-        text, add_special_tokens = v.engine_prompt(runtime, prompt)
+        # Counted as the engine sees it, each image as the model's processor expands it.
+        text, add_special_tokens = v.counted_prompt(runtime, prompt)
         ids = await runtime.tokenizer.encode_async(text, add_special_tokens=add_special_tokens)
         return MessageTokensCount(input_tokens=len(ids))
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gateway.apis.messages.protocol import (
+    FileImageSource,
+    ImageBlockParam,
     MessageCountTokensRequest,
     MessageParam,
     RedactedThinkingBlockParam,
@@ -37,8 +39,11 @@ from gateway.apis.messages.protocol import (
     ToolResultBlockParam,
     ToolUseBlockParam,
     UnservedBlockParam,
+    URLImageSource,
 )
+from gateway.core.prompt import template_content
 from gateway.errors import InvalidRequestError
+from gateway.media import ImageRef
 
 BILLING_HEADER: Final = "x-anthropic-billing-header:"
 
@@ -87,6 +92,8 @@ class ChatPrompt:
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
     reasoning: Reasoning = field(default_factory=Reasoning)
+    # The conversation's image blocks in prompt order (their places hold the template's image parts).
+    images: list[ImageRef] = field(default_factory=list)
 
     def template_kwargs(self) -> dict[str, Any]:
         return self.reasoning.template_kwargs()
@@ -101,8 +108,10 @@ def to_chat(request: MessageCountTokensRequest, *, max_tokens: int | None = None
             "type": "json_schema",
             "json_schema": {"name": "output", "schema": request.output_config.format.schema_},
         }
+    images: list[ImageRef] = []
     return ChatPrompt(
-        messages=_system(request.system) + _conversation(request.messages),
+        messages=_system(request.system) + _conversation(request.messages, images),
+        images=images,
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
@@ -133,7 +142,7 @@ def _unserved(block: UnservedBlockParam, where: str) -> InvalidRequestError:
     )
 
 
-def _conversation(messages: list[MessageParam]) -> list[dict[str, Any]]:
+def _conversation(messages: list[MessageParam], images: list[ImageRef]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     # tool_use ids of the last assistant turn still waiting for their tool_result.
     open_calls: set[str] = set()
@@ -145,7 +154,7 @@ def _conversation(messages: list[MessageParam]) -> list[dict[str, Any]]:
         elif message.role == "system":
             out.append({"role": "system", "content": _text_only(message, where)})
         else:
-            out += _user(message, where, open_calls)
+            out += _user(message, where, open_calls, images)
             open_calls = set()
     return out
 
@@ -205,15 +214,34 @@ def _assistant(message: MessageParam, where: str) -> dict[str, Any]:
     return out
 
 
-def _user(message: MessageParam, where: str, open_calls: set[str]) -> list[dict[str, Any]]:
+def image_ref(block: ImageBlockParam, at: str) -> ImageRef:
+    """An image block's source as the media module takes it (a base64 source as a data: URI, its
+    declared media type checked there), or a 400 for a Files API source."""
+    source = block.source
+    if isinstance(source, FileImageSource):
+        raise InvalidRequestError(
+            f"{at}.source: `file` image sources are not supported by this server (it has no Files API); "
+            "send the image as a `base64` or `url` source.",
+            param=f"{at}.source",
+        )
+    if isinstance(source, URLImageSource):
+        return ImageRef(source.url, f"{at}.source.url")
+    return ImageRef(f"data:{source.media_type};base64,{source.data}", f"{at}.source.data")
+
+
+def _user(
+    message: MessageParam, where: str, open_calls: set[str], images: list[ImageRef]
+) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"role": "user", "content": message.content}]
     out: list[dict[str, Any]] = []
-    texts: list[str] = []
+    texts: list[str | ImageRef] = []
     for j, block in enumerate(message.content):
         at = f"{where}.content.{j}"
         if isinstance(block, TextBlockParam):
             texts.append(block.text)
+        elif isinstance(block, ImageBlockParam):
+            texts.append(image_ref(block, at))
         elif isinstance(block, ToolResultBlockParam):
             if block.tool_use_id not in open_calls:
                 raise InvalidRequestError(
@@ -224,10 +252,14 @@ def _user(message: MessageParam, where: str, open_calls: set[str]) -> list[dict[
                 )
             open_calls.discard(block.tool_use_id)
             if texts:
-                out.append({"role": "user", "content": "".join(texts)})
+                out.append({"role": "user", "content": template_content(texts, images)})
                 texts = []
             out.append(
-                {"role": "tool", "tool_call_id": block.tool_use_id, "content": _result_text(block, at)}
+                {
+                    "role": "tool",
+                    "tool_call_id": block.tool_use_id,
+                    "content": _result_content(block, at, images),
+                }
             )
         elif isinstance(block, UnservedBlockParam):
             raise _unserved(block, at)
@@ -236,27 +268,36 @@ def _user(message: MessageParam, where: str, open_calls: set[str]) -> list[dict[
                 f"{at}: a `user` message cannot contain `{block.type}` blocks.", param=at
             )
     if texts or not out:
-        out.append({"role": "user", "content": "".join(texts)})
+        out.append({"role": "user", "content": template_content(texts, images)})
     return out
 
 
-def _result_text(block: ToolResultBlockParam, where: str) -> str:
+def _result_content(
+    block: ToolResultBlockParam, where: str, images: list[ImageRef]
+) -> str | list[dict[str, Any]]:
+    """A tool_result's content for the template's tool turn: its text, or with image blocks
+    (Claude Code's Read of a PNG) text and image parts in order."""
     content = block.content
-    if content is None:
-        text = ""
-    elif isinstance(content, str):
-        text = content
-    else:
-        parts = []
+    parts: list[str | ImageRef] = []
+    if isinstance(content, str):
+        parts.append(content)
+    elif content is not None:
         for k, part in enumerate(content):
+            at = f"{where}.content.{k}"
             if isinstance(part, UnservedBlockParam):
-                raise _unserved(part, f"{where}.content.{k}")
-            # Every declared tool is in the prompt, deferred ones too (`defer_loading` is not
-            # served), so a reference only needs to name the tool that was found.
-            parts.append(part.text if isinstance(part, TextBlockParam) else f"{part.tool_name}\n")
-        text = "".join(parts)
+                raise _unserved(part, at)
+            if isinstance(part, ImageBlockParam):
+                parts.append(image_ref(part, at))
+            elif isinstance(part, TextBlockParam):
+                parts.append(part.text)
+            else:
+                # Every declared tool is in the prompt, deferred ones too (`defer_loading` is not
+                # served), so a reference only needs to name the tool that was found.
+                parts.append(f"{part.tool_name}\n")
     # The chat templates' tool turn has no error flag; the model learns it from the text.
-    return f"Error: {text}" if block.is_error else text
+    if block.is_error:
+        parts.insert(0, "Error: ")
+    return template_content(parts, images)
 
 
 def _tools(tools: list[ToolParam] | None) -> list[dict[str, Any]] | None:

@@ -21,8 +21,9 @@ from gateway.apis.responses.protocol import (
     Message,
     Reasoning,
 )
-from gateway.core.prompt import template_arguments
+from gateway.core.prompt import template_arguments, template_content
 from gateway.errors import InvalidRequestError, UnsupportedParameterError
+from gateway.media import ImageRef
 
 _ADAPTERS: Final[dict[str, TypeAdapter[Any]]] = {
     "message": TypeAdapter(Message),
@@ -65,7 +66,9 @@ _SPEC_ONLY_ITEMS: Final = frozenset(
 
 # Content part types the spec allows in a message, and which of them are text.
 _TEXT_PARTS: Final = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
-_MEDIA_PARTS: Final = frozenset({"input_image", "input_file", "input_audio"})
+_MEDIA_PARTS: Final = frozenset({"input_file", "input_audio"})
+# Where input_image parts are taken: input messages (not an assistant's) and function call outputs.
+_IMAGE_ROLES: Final = frozenset({"user", "system", "developer"})
 
 
 _TYPE_NAMES: Final = frozenset({"str", "int", "float", "bool", "dict", "list"})
@@ -139,6 +142,9 @@ def _check_parts(item: InputItem, where: str) -> None:
             raise UnsupportedParameterError(
                 f"Content parts of type '{kind}' are not supported by this model ({at}).", param=f"{at}.type"
             )
+        if kind == "input_image":
+            _check_image(part, item, at)
+            continue
         if kind not in _TEXT_PARTS:
             raise InvalidRequestError(
                 f"Invalid value for '{at}.type': {kind!r} is not a content part type.", param=f"{at}.type"
@@ -150,10 +156,50 @@ def _check_parts(item: InputItem, where: str) -> None:
             raise InvalidRequestError(f"Missing required parameter: '{at}.{key}'.", param=f"{at}.{key}")
 
 
+def _check_image(part: Mapping[str, Any], item: InputItem, at: str) -> None:
+    if isinstance(item, Message) and item.role not in _IMAGE_ROLES:
+        raise InvalidRequestError(
+            f"Invalid value for '{at}.type': an {item.role} message cannot contain input_image parts.",
+            param=f"{at}.type",
+        )
+    if part.get("file_id") is not None:
+        raise UnsupportedParameterError(
+            f"'{at}.file_id' is not supported: this server has no Files API; send the image as "
+            "image_url (an http(s) URL or a data: URI).",
+            param=f"{at}.file_id",
+        )
+    if not isinstance(part.get("image_url"), str):
+        raise InvalidRequestError(f"Missing required parameter: '{at}.image_url'.", param=f"{at}.image_url")
+    detail = part.get("detail")
+    if detail is not None and detail not in ("auto", "low", "high", "original"):
+        raise InvalidRequestError(
+            f"Invalid value for '{at}.detail': {detail!r} is not one of auto, low, high.",
+            param=f"{at}.detail",
+        )
+
+
 def _text(content: str | list[dict[str, Any]]) -> str:
     if isinstance(content, str):
         return content
     return "".join(part[_TEXT_PARTS[part["type"]]] for part in content)
+
+
+def _content(
+    content: str | list[dict[str, Any]], at: str, images: list[ImageRef] | None
+) -> str | list[dict[str, Any]]:
+    """A message's (or function output's) content for the template: text parts joined, image
+    parts in place (the Hugging Face convention) with their references appended to `images`."""
+    if isinstance(content, str):
+        return content
+    parts: list[str | ImageRef] = []
+    for j, part in enumerate(content):
+        if part["type"] == "input_image":
+            parts.append(ImageRef(part["image_url"], f"{at}[{j}].image_url"))
+        else:
+            parts.append(part[_TEXT_PARTS[part["type"]]])
+    if images is None:
+        images = []
+    return template_content(parts, images)
 
 
 def tool_name(name: str, namespace: str | None) -> str:
@@ -166,9 +212,12 @@ def to_messages(
     instructions: str | None,
     *,
     reasoning_text: Callable[[Reasoning, int], str | None],
+    images: list[ImageRef] | None = None,
 ) -> list[dict[str, Any]]:
     """Chat-template messages for the instructions and items. `reasoning_text(item, position)`
-    gives a handed-back reasoning item's text (its content, or its sealed content unsealed)."""
+    gives a handed-back reasoning item's text (its content, or its sealed content unsealed).
+    Image parts become the template's image parts, their references appended to `images` in
+    prompt order."""
     messages: list[dict[str, Any]] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
@@ -190,7 +239,9 @@ def to_messages(
                 open_turn = assistant(_text(item.content))
                 continue
             role = "system" if item.role == "developer" else item.role
-            messages.append({"role": role, "content": _text(item.content)})
+            messages.append(
+                {"role": role, "content": _content(item.content, f"input[{position}].content", images)}
+            )
         elif isinstance(item, FunctionCall):
             if open_turn is None:
                 open_turn = assistant("")
@@ -212,7 +263,7 @@ def to_messages(
             )
             continue
         elif isinstance(item, FunctionCallOutput):
-            output = item.output if isinstance(item.output, str) else _text(item.output)
+            output = _content(item.output, f"input[{position}].output", images)
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
         elif isinstance(item, Reasoning):
             text = reasoning_text(item, position)

@@ -18,6 +18,13 @@ from gateway.apis.responses.stream import new_item_id
 from gateway.errors import InvalidRequestError
 
 
+def _input_part(part: dict[str, Any]) -> dict[str, Any]:
+    if part["type"] == "input_image":
+        # Kept with its URL (or data: URI): a later turn renders the conversation again.
+        return {"type": "input_image", "image_url": part["image_url"], "detail": part.get("detail") or "auto"}
+    return {"type": "input_text", "text": part["text"]}
+
+
 def resource(item: InputItem) -> dict[str, Any]:
     """An input item as it is kept: the fields the spec defines, an id made when it had none."""
     if isinstance(item, Message):
@@ -38,7 +45,7 @@ def resource(item: InputItem) -> dict[str, Any]:
         parts = (
             [{"type": "input_text", "text": item.content}]
             if isinstance(item.content, str)
-            else [{"type": "input_text", "text": p["text"]} for p in item.content]
+            else [_input_part(p) for p in item.content]
         )
         return {
             "id": item.id or new_item_id("msg"),

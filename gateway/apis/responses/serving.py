@@ -41,7 +41,7 @@ from gateway.core.generation import (
 )
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.output import OutputPlan, plan_output
-from gateway.core.prompt import Prompt, chat_prompt, template_messages
+from gateway.core.prompt import Prompt, chat_prompt, check_images, template_messages
 from gateway.core.reasoning import effort_template_kwargs
 from gateway.core.validation import (
     RequestLimits,
@@ -52,7 +52,7 @@ from gateway.core.validation import (
     stop_strings,
     token_options,
 )
-from gateway.engine import SamplingParams, TokenLogprob
+from gateway.engine import ImageInput, SamplingParams, TokenLogprob
 from gateway.errors import (
     ContextLengthExceededError,
     GatewayError,
@@ -61,6 +61,7 @@ from gateway.errors import (
     UnsupportedParameterError,
     to_gateway_error,
 )
+from gateway.media import ImageRef, MediaConnector
 from gateway.metrics import GatewayMetrics
 from gateway.store import ResponseStore, StoredResponse, StoreSettings, open_store
 from gateway.text.reasoning import ReasoningDelta
@@ -122,8 +123,9 @@ class ResponsesService(GenerationService):
         store: Callable[[], ResponseStore],
         sealer: Callable[[], ReasoningSealer],
         strict_tools: bool = False,
+        media: MediaConnector | None = None,
     ) -> None:
-        super().__init__(registry, limits, metrics)
+        super().__init__(registry, limits, metrics, media=media)
         # Both are opened on first use: a gateway nobody asks for stored responses or sealed
         # reasoning writes nothing to its state directory.
         self._open_store = store
@@ -158,6 +160,7 @@ class ResponsesService(GenerationService):
             store=lambda: open_store(settings.response_store, store_settings),
             sealer=sealer,
             strict_tools=settings.strict_tools,
+            media=MediaConnector.from_settings(settings),
         )
 
     @property
@@ -256,10 +259,22 @@ class ResponsesService(GenerationService):
         if body.reasoning is not None:
             template_kwargs.update(effort_template_kwargs(body.reasoning.effort))
 
-        def messages(kept: Sequence[InputItem]) -> list[dict[str, Any]]:
+        def messages(kept: Sequence[InputItem], refs: list[ImageRef] | None = None) -> list[dict[str, Any]]:
             return template_messages(
-                runtime, it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text)
+                runtime,
+                it.to_messages(kept, body.instructions, reasoning_text=self._reasoning_text, images=refs),
             )
+
+        refs: list[ImageRef] = []
+        whole = messages(items, refs)
+        check_images(runtime, refs, "input_image")
+        # Each image once, by its URL: a shorter conversation (truncation) takes its own subset.
+        loaded = dict(zip([r.url for r in refs], await self._media.load_images(refs), strict=True))
+
+        def conversation_of(kept: Sequence[InputItem]) -> tuple[list[dict[str, Any]], list[ImageInput]]:
+            kept_refs: list[ImageRef] = []
+            out = messages(kept, kept_refs)
+            return out, [loaded[r.url] for r in kept_refs]
 
         budget_args: dict[str, Any] = {
             "requested": requested,
@@ -268,8 +283,8 @@ class ResponsesService(GenerationService):
             "limits": self._limits,
         }
         with tracing.span("tokenize", model=runtime.name):
-            rendered = await runtime.tokenizer.render_chat(messages(items), **template_kwargs)
-            text = chat_prompt(runtime, rendered)
+            rendered = await runtime.tokenizer.render_chat(whole, **template_kwargs)
+            text = chat_prompt(runtime, rendered, [loaded[r.url] for r in refs])
             try:
                 ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except ContextLengthExceededError as exc:
@@ -279,12 +294,14 @@ class ResponsesService(GenerationService):
                 # Fitting tries one shorter conversation after another, each mostly pieces the
                 # encoder has seen, so on the calling thread.
                 def fits(kept: Sequence[InputItem]) -> bool:
+                    kept_messages, kept_images = conversation_of(kept)
                     try:
                         prompt_budget_now(
                             runtime,
                             chat_prompt(
                                 runtime,
-                                runtime.tokenizer.apply_chat_template(messages(kept), **template_kwargs),
+                                runtime.tokenizer.apply_chat_template(kept_messages, **template_kwargs),
+                                kept_images,
                             ),
                             **budget_args,
                         )
@@ -294,8 +311,9 @@ class ResponsesService(GenerationService):
 
                 kept = it.truncate(items, fits)
                 conversation = conversation[len(conversation) - len(kept) :]
-                rendered = await runtime.tokenizer.render_chat(messages(kept), **template_kwargs)
-                text = chat_prompt(runtime, rendered)
+                kept_messages, kept_images = conversation_of(kept)
+                rendered = await runtime.tokenizer.render_chat(kept_messages, **template_kwargs)
+                text = chat_prompt(runtime, rendered, kept_images)
                 ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except GatewayError as exc:
                 raise _renamed(exc) from None

@@ -13,8 +13,17 @@ from gateway.apis.tokenize.protocol import (
 )
 from gateway.core.generation import GenerationService
 from gateway.core.models import ModelRuntime
-from gateway.core.prompt import Prompt, chat_prompt, raw_prompt, template_arguments, template_messages
+from gateway.core.prompt import (
+    Prompt,
+    chat_prompt,
+    check_images,
+    raw_prompt,
+    template_arguments,
+    template_content,
+    template_messages,
+)
 from gateway.errors import InvalidRequestError
+from gateway.media import ImageRef
 
 
 class TokenizeService(GenerationService):
@@ -38,21 +47,29 @@ class TokenizeService(GenerationService):
             if body.tools is not None:
                 kwargs["tools"] = body.tools
             # Call ids handed back in the form the template takes, as a chat request renders them.
+            refs: list[ImageRef] = []
             messages = template_messages(
-                runtime, [_template_message(m, i) for i, m in enumerate(body.messages)]
+                runtime, [_template_message(m, i, refs) for i, m in enumerate(body.messages)]
             )
+            check_images(runtime, refs, "image_url")
+            # Loaded as a chat request loads them: an image's token count may depend on its size.
+            images = await self._media.load_images(refs)
             rendered = tokenizer.apply_chat_template(
                 messages, add_generation_prompt=body.add_generation_prompt, **kwargs
             )
-            prompt = chat_prompt(runtime, rendered)
+            prompt = chat_prompt(runtime, rendered, images)
             if body.add_special_tokens is not None:
-                prompt = Prompt(rendered, add_special_tokens=body.add_special_tokens)
+                prompt = Prompt(rendered, add_special_tokens=body.add_special_tokens, images=images)
         else:
             assert body.prompt is not None  # (the request's validator)
             prompt = raw_prompt(runtime, body.prompt)
             if body.add_special_tokens is not None:
                 prompt = Prompt(body.prompt, add_special_tokens=body.add_special_tokens)
-        ids = tokenizer.encode(prompt.text, add_special_tokens=prompt.add_special_tokens)
+        text = prompt.text
+        if prompt.images and runtime.expand_images is not None:
+            # The ids the model reads: each image's placeholder expanded as its processor does.
+            text = runtime.expand_images(text, prompt.images)
+        ids = tokenizer.encode(text, add_special_tokens=prompt.add_special_tokens)
         return TokenizeResponse(
             count=len(ids),
             max_model_len=runtime.max_model_len,
@@ -69,21 +86,28 @@ class TokenizeService(GenerationService):
         return DetokenizeResponse(prompt=runtime.tokenizer.decode(body.tokens, skip_special_tokens=False))
 
 
-def _template_message(message: dict[str, Any], position: int) -> dict[str, Any]:
-    """A chat message for the template: content parts of type text joined, as chat requests do."""
+def _template_message(message: dict[str, Any], position: int, images: list[ImageRef]) -> dict[str, Any]:
+    """A chat message for the template: content parts of type text joined, image_url parts in
+    place, as chat requests do."""
     if not isinstance(message.get("role"), str):
         raise InvalidRequestError("each message needs a role", param=f"messages[{position}].role")
     content = message.get("content")
     if isinstance(content, list):
-        texts = []
-        for part in content:
-            text = part.get("text") if isinstance(part, dict) and part.get("type") == "text" else None
+        parts: list[str | ImageRef] = []
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            image = part.get("image_url") if isinstance(part, dict) else None
+            if kind == "image_url" and isinstance(image, dict) and isinstance(image.get("url"), str):
+                parts.append(ImageRef(image["url"], f"messages[{position}].content[{j}].image_url.url"))
+                continue
+            text = part.get("text") if kind == "text" else None
             if not isinstance(text, str):
                 raise InvalidRequestError(
-                    "only text content parts can be tokenized", param=f"messages[{position}].content"
+                    "only text and image_url content parts can be tokenized",
+                    param=f"messages[{position}].content",
                 )
-            texts.append(text)
-        content = "".join(texts)
+            parts.append(text)
+        content = template_content(parts, images)
     out = {**message, "content": content if content is not None else ""}
     calls = message.get("tool_calls")
     if isinstance(calls, list):

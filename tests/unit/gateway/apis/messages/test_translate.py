@@ -277,8 +277,15 @@ def test_output_format_becomes_a_json_schema_response_format() -> None:
             "messages.2.content.0: unexpected `tool_use_id`",
         ),
         (
-            {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]},
-            "messages.0.content.0: `image` content blocks are not supported",
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}],
+                    }
+                ]
+            },
+            "messages.0.content.0.source: `file` image sources are not supported",
         ),
         (
             {"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]},
@@ -294,12 +301,16 @@ def test_output_format_becomes_a_json_schema_response_format() -> None:
                     {
                         "role": "user",
                         "content": [
-                            {"type": "tool_result", "tool_use_id": "a", "content": [{"type": "image"}]}
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "a",
+                                "content": [{"type": "document", "source": {}}],
+                            }
                         ],
                     },
                 ]
             },
-            "messages.1.content.0.content.0: `image` content blocks are not supported",
+            "messages.1.content.0.content.0: `document` content blocks are not supported",
         ),
         (
             {

@@ -136,7 +136,12 @@ def test_handed_back_reasoning_goes_to_the_next_assistant_turn() -> None:
         ([{"role": "user", "content": "ok"}, {"role": "robot", "content": "x"}], "input[1].role"),
         ([{"role": "user"}], "input[0].content"),
         (
-            [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}],
+            [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}],
+            "input[0].content[0].file_id",
+        ),
+        ([{"role": "user", "content": [{"type": "input_image"}]}], "input[0].content[0].image_url"),
+        (
+            [{"role": "assistant", "content": [{"type": "input_image", "image_url": "http://x"}]}],
             "input[0].content[0].type",
         ),
         ([{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}], "input[0].content[0].type"),
@@ -149,10 +154,10 @@ def test_handed_back_reasoning_goes_to_the_next_assistant_turn() -> None:
                 {
                     "type": "function_call_output",
                     "call_id": "c",
-                    "output": [{"type": "input_image", "image_url": "u"}],
+                    "output": [{"type": "input_image", "file_id": "u"}],
                 }
             ],
-            "input[0].output[0].type",
+            "input[0].output[0].file_id",
         ),
         ([{"type": "reasoning", "summary": "not a list"}], "input[0].summary"),
     ],
