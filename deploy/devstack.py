@@ -606,6 +606,8 @@ def prepare_llmapi_repository(
         stand_in=True,
         # Small blocks, so that the tiny model's short prompts show their reuse (cached_tokens).
         tokens_per_block=DEV_TOKENS_PER_BLOCK,
+        # A vision-language checkpoint is served with images in, as model.yaml turns them on.
+        multimodal=is_vision_language_model(Path(model_dir)),
     )
     path = render_llmapi_repository(out_dir, settings, overwrite=True)
     return DevRepository(path, Path(model_dir), f"llmapi {profile}", "llmapi", settings.name)

@@ -40,6 +40,7 @@ from gateway.logs import Repeating
 from gateway.lora import Adapter, AdapterStore
 from gateway.metrics import GatewayMetrics
 from gateway.ratelimit import KeyLimits, Limits, open_limiter
+from gateway.text.images import image_expander
 from gateway.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -162,7 +163,14 @@ def create_app(
             )
             encoding = load_reply_encoding(model, settings.state_dir)
             runtimes.append(
-                ModelRuntime(model, tokenizer, factory(model), int(time.time()), reply_encoding=encoding)
+                ModelRuntime(
+                    model,
+                    tokenizer,
+                    factory(model),
+                    int(time.time()),
+                    reply_encoding=encoding,
+                    expand_images=image_expander(tokenizer.path),
+                )
             )
         registry = ModelRegistry(runtimes)
         store = AdapterStore(

@@ -16,6 +16,7 @@ from gateway.config import ServedModel, Settings
 from gateway.core.prompt import specials_mismatch
 from gateway.engine import EngineInfo
 from gateway.errors import GatewayError
+from gateway.text.images import takes_images
 from gateway.text.parser_detect import suggest_parsers
 from gateway.text.reply import reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
@@ -36,6 +37,8 @@ class ModelReport:
     n: str = "-"
     guided: str = "-"
     logprobs: str = "-"
+    # Whether requests may carry images (the contract's image input, on a vision checkpoint).
+    images: str = "-"
     tokenizer: str = "-"
     context: str = "-"
     # Why this route (auto: found from the ensemble's steps, or configured).
@@ -58,6 +61,14 @@ def _guided(k: EngineInfo) -> str:
         return f"yes ({k.guided_backend})"
     if GUIDE_TYPE in k.inputs:
         return "no (guided_decoding_backend not set up)"
+    return "no"
+
+
+def _images(k: EngineInfo, tokenizer_dir: object) -> str:
+    if k.images:
+        return "yes"
+    if takes_images(str(tokenizer_dir)):
+        return "no (the checkpoint has a vision tower; the Triton model has no image input)"
     return "no"
 
 
@@ -97,6 +108,7 @@ def report(
         n="num_return_sequences" if k.native_num_sequences else "fan-out",
         guided=_guided(k),
         logprobs="top-k" if k.top_logprobs else _yes(k.logprobs),
+        images=_images(k, model.tokenizer),
         tokenizer=vocab,
         context=str(context) if context else "unknown",
         reason=k.route_reason,
@@ -149,6 +161,7 @@ _COLUMNS = (
     ("n", "n"),
     ("guided", "guided"),
     ("logprobs", "logprobs"),
+    ("images", "images"),
     ("tokenizer", "tokenizer"),
     ("context", "context"),
     ("streamed text", "streamed_text"),

@@ -126,6 +126,9 @@ class GenerationRequest:
     # template wrote into `prompt_text` (empty for a text prompt). Only sent to an engine whose
     # info says `images`.
     images: tuple[ImageInput, ...] = ()
+    # With images: the conversation as one question (`gateway.core.prompt.image_question`), for an
+    # engine that renders the chat template itself around it; None where it is not one.
+    question: str | None = None
 
 
 # Not frozen: one is made per streamed token, and a frozen dataclass's __init__ (object.__setattr__

@@ -339,6 +339,7 @@ def build_generation(
         stream=stream,
         priority=priority,
         images=prompt.images,
+        question=prompt.question,
     )
     # A text result that repeats the prompt starts with the prompt's decoding: cut it there.
     repeated = not engine.exposes_token_ids and engine.repeats_prompt[0 if stream else 1]

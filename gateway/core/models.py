@@ -9,7 +9,7 @@ from typing import Any
 
 from gateway.config import ServedModel
 from gateway.engine import Engine, ImageInput
-from gateway.errors import ModelNotFoundError
+from gateway.errors import GatewayError, ModelNotFoundError
 from gateway.logs import current_request
 from gateway.text.reply import reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
@@ -41,6 +41,16 @@ class ModelRuntime:
     @property
     def name(self) -> str:
         return self.adapter if self.adapter is not None else self.config.name
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """What requests may carry: text, and images where the engine takes them (text alone
+        while the engine's contract is not known yet)."""
+        try:
+            images = self.engine.info.images
+        except GatewayError:
+            images = False
+        return ("text", "image") if images else ("text",)
 
     @property
     def vocab_size(self) -> int:

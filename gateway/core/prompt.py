@@ -31,6 +31,9 @@ class Prompt:
     add_special_tokens: bool
     # The images whose placeholders the chat template wrote into `text`, in order.
     images: tuple[ImageInput, ...] = ()
+    # The conversation as one question, for a model that renders its chat template itself around
+    # a question and its images (the llmapi model's `image_url`): see `image_question`.
+    question: str | None = None
 
 
 # A chat template's image part (the Hugging Face convention vision-language templates read:
@@ -84,7 +87,33 @@ def template_messages(runtime: ModelRuntime, messages: list[dict[str, Any]]) -> 
     return template_call_ids(runtime.config.tool_parser, messages)
 
 
-def chat_prompt(runtime: ModelRuntime, rendered: str, images: Sequence[ImageInput] = ()) -> Prompt:
+def image_question(messages: Sequence[dict[str, Any]] | None) -> str | None:
+    """The conversation as a model that renders its template itself around one question and its
+    images takes it: one user message whose images all come before its text (at most one text
+    part), giving that text ("" without one). None for anything else (a system prompt, earlier
+    turns, text before an image), which such a model cannot be sent as the client wrote it."""
+    if not messages or len(messages) != 1 or messages[0].get("role") != "user":
+        return None
+    content = messages[0].get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    kinds = [part.get("type") if isinstance(part, dict) else None for part in content]
+    texts = [part for part, kind in zip(content, kinds, strict=True) if kind == "text"]
+    if any(kind not in ("image", "text") for kind in kinds) or len(texts) > 1:
+        return None
+    if "text" in kinds and "image" in kinds[kinds.index("text") :]:
+        return None
+    return str(texts[0].get("text", "")) if texts else ""
+
+
+def chat_prompt(
+    runtime: ModelRuntime,
+    rendered: str,
+    images: Sequence[ImageInput] = (),
+    messages: Sequence[dict[str, Any]] | None = None,
+) -> Prompt:
     """A rendered chat template: no special tokens on top of what the template writes.
 
     The engine route sends the gateway's ids, encoded without them. The ensemble route sends text,
@@ -94,14 +123,15 @@ def chat_prompt(runtime: ModelRuntime, rendered: str, images: Sequence[ImageInpu
     done (the template writes no BOS the tokenizer adds) the ids are counted as the engine sees
     them, and `gateway check` and start-up say so (`template_specials_mismatch`)."""
     shown = tuple(images)
+    question = image_question(messages) if shown else None
     if runtime.engine.info.route == "engine" or not runtime.config.add_special_tokens:
-        return Prompt(rendered, add_special_tokens=False, images=shown)
+        return Prompt(rendered, add_special_tokens=False, images=shown, question=question)
     prefix, suffix = runtime.tokenizer.special_affixes
     if not prefix and not suffix:
-        return Prompt(rendered, add_special_tokens=False, images=shown)
+        return Prompt(rendered, add_special_tokens=False, images=shown, question=question)
     if prefix and not suffix and rendered.startswith(prefix):
-        return Prompt(rendered[len(prefix) :], add_special_tokens=True, images=shown)
-    return Prompt(rendered, add_special_tokens=True, images=shown)
+        return Prompt(rendered[len(prefix) :], add_special_tokens=True, images=shown, question=question)
+    return Prompt(rendered, add_special_tokens=True, images=shown, question=question)
 
 
 def template_specials_mismatch(runtime: ModelRuntime) -> str | None:

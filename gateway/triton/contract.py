@@ -58,6 +58,9 @@ PRIORITY = "priority"
 LORA_TASK_ID = "lora_task_id"
 LORA_WEIGHTS = "lora_weights"
 LORA_CONFIG = "lora_config"
+# The multimodal ensemble's images: data: URIs, one entry per image (`image_url_input`, dims [1] up
+# to TensorRT-LLM v0.19, so one image a request; [-1] later).
+IMAGE_URLS = "image_urls"
 
 # Physical names per route; a tuple lists the names of one input across versions, newest first.
 _ENSEMBLE: dict[str, tuple[str, ...]] = {
@@ -68,6 +71,7 @@ _ENSEMBLE: dict[str, tuple[str, ...]] = {
     TOP_K: ("top_k",),
     TOP_P: ("top_p",),
     LENGTH_PENALTY: ("length_penalty",),
+    IMAGE_URLS: ("image_url_input",),
 }
 _ENGINE: dict[str, tuple[str, ...]] = {
     PROMPT: ("input_ids",),
@@ -321,6 +325,18 @@ class Contract:
         spec = self.inputs.get(LORA_CONFIG)
         return 4 if spec is not None and spec.dims and spec.dims[-1] == 4 else 3
 
+    @property
+    def images(self) -> bool:
+        """Whether requests can carry images: the multimodal ensemble's `image_url_input`."""
+        return IMAGE_URLS in self.inputs
+
+    @property
+    def images_per_request(self) -> int | None:
+        """How many images one request carries (None: any number): `image_url_input` declared
+        [1] (TensorRT-LLM up to v0.19) holds one."""
+        spec = self.inputs.get(IMAGE_URLS)
+        return 1 if spec is not None and spec.dims == (1,) else None
+
     def capabilities(self) -> EngineInfo:
         """What this model can do, in the Engine protocol's terms: the one place each capability is
         read off the contract (the adapter's `info`, `gateway check` and the start-up table)."""
@@ -347,6 +363,7 @@ class Contract:
             usage_source=self.usage_source,
             lora=self.lora,
             lora_target_modules=self.settings.lora_target_modules,
+            images=self.images,
         )
 
     def with_decoupled(self, decoupled: bool) -> Contract:
@@ -354,6 +371,11 @@ class Contract:
 
     def with_settings(self, settings: EngineSettings) -> Contract:
         return replace(self, settings=settings)
+
+
+def is_multimodal(config: mc.ModelConfig) -> bool:
+    """Whether a model is TensorRT-LLM's multimodal ensemble (it takes `image_url_input`)."""
+    return any(i.name in ROUTE_NAMES["ensemble"][IMAGE_URLS] for i in config.input)
 
 
 def is_engine(config: mc.ModelConfig) -> bool:

@@ -187,6 +187,11 @@ class TritonAdapter:
                 break
         if requested == "ensemble":
             return RouteChoice("ensemble", entry, "route=ensemble configured", engine), config
+        if c.is_multimodal(config) and requested != "engine":
+            # Its encoder step turns a request's images into the engine's prompt table: the
+            # engine alone cannot take them.
+            reason = f"{entry} is a multimodal ensemble: its encoder step computes the images' features"
+            return RouteChoice("ensemble", entry, reason, engine), config
         if engine is None or engine_config is None:
             if requested == "engine":
                 raise EngineUnavailableError(

@@ -19,7 +19,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc import service_pb2
 
 from gateway.engine import EngineInfo, GenerationRequest
-from gateway.errors import ContextLengthExceededError, EngineError, EngineUnavailableError, GatewayError
+from gateway.errors import (
+    ContextLengthExceededError,
+    EngineError,
+    EngineUnavailableError,
+    GatewayError,
+    InvalidRequestError,
+)
 from gateway.triton.tensors import PACK
 
 TEXT_INPUT = "text_input"
@@ -140,7 +146,9 @@ class LlmapiContract:
         it)."""
         return self.decoupled and STREAMING in self.inputs
 
-    def capabilities(self) -> EngineInfo:
+    def capabilities(self, *, vision: bool = False) -> EngineInfo:
+        """`vision`: the served checkpoint has a vision tower (images are then taken where the
+        config declares `image_url`)."""
         names = frozenset(self.inputs)
         excluded = self.excludes_input
         return EngineInfo(
@@ -171,6 +179,7 @@ class LlmapiContract:
             ),
             lora=self.lora,
             lora_by_server_path=self.lora,
+            images=self.images and vision,
         )
 
 
@@ -245,6 +254,23 @@ def input_values(contract: LlmapiContract, request: GenerationRequest, *, seed: 
     return {name: value for name, value in values.items() if name in contract.inputs}
 
 
+def image_question(contract: LlmapiContract, request: GenerationRequest) -> str:
+    """The `text_input` of a request with images. With images the model renders the chat template
+    itself, around one user message made of the images' placeholders and this text; a conversation
+    that is not one question (`GenerationRequest.question`) cannot be sent without dropping or
+    moving part of it, so it is refused."""
+    if not contract.images:
+        raise InvalidRequestError(f"model {contract.model!r} takes no images", param="messages")
+    if request.question is None:
+        raise InvalidRequestError(
+            "this model renders its chat template itself around one question and its images, so an "
+            "image request must be a single user message whose images come before its text (no "
+            "system prompt, earlier turns, tools or text before an image)",
+            param="messages",
+        )
+    return request.question
+
+
 def build_llmapi_request(
     contract: LlmapiContract, request: GenerationRequest, *, request_id: str, seed: int | None
 ) -> service_pb2.ModelInferRequest:
@@ -252,7 +278,11 @@ def build_llmapi_request(
     out = service_pb2.ModelInferRequest(model_name=contract.model, id=request_id)
     # A decoupled model then ends every request with a response flagged final.
     out.parameters["triton_enable_empty_final_response"].bool_param = True
-    _strings(out, TEXT_INPUT, [request.prompt_text])
+    if request.images:
+        _strings(out, TEXT_INPUT, [image_question(contract, request)])
+        _strings(out, IMAGE_URL, [image.data_uri() for image in request.images])
+    else:
+        _strings(out, TEXT_INPUT, [request.prompt_text])
     for name, value in input_values(contract, request, seed=seed).items():
         _scalar(out, name, contract.inputs[name], value)
     lora = request.lora

@@ -42,9 +42,12 @@ DEFAULT_SILENCE_S = 600.0
 
 
 class LlmapiAdapter:
-    def __init__(self, pool: TritonPool, model: str) -> None:
+    def __init__(self, pool: TritonPool, model: str, *, vision: bool = False) -> None:
+        """`vision`: the checkpoint has a vision tower. The model's config declares `image_url`
+        whether or not its model.yaml turns multimodal on; a text-only checkpoint takes no images."""
         self._pool = pool
         self._model = model
+        self._vision = vision
         self._contract: LlmapiContract | None = None
         self._info: EngineInfo | None = None
         self._lock = asyncio.Lock()
@@ -59,7 +62,7 @@ class LlmapiAdapter:
     @property
     def info(self) -> EngineInfo:
         if self._info is None:
-            self._info = self.contract.capabilities()
+            self._info = self.contract.capabilities(vision=self._vision)
         return self._info
 
     async def introspect(self) -> LlmapiContract:

@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from gateway.config import ServedModel
 from gateway.engine import Engine, EngineInfo, GenerationDelta, GenerationRequest
 from gateway.errors import EngineUnavailableError, GatewayError
+from gateway.text.images import takes_images
 from gateway.triton import contract as c
 from gateway.triton.connection import rpc_error
 from gateway.triton.engine import TritonAdapter
@@ -82,7 +83,7 @@ class TritonModel:
     def adapter_for(self, kind: ContractKind) -> Adapter:
         model = self._config
         if kind == "llmapi":
-            return LlmapiAdapter(self._pool, model.triton_model)
+            return LlmapiAdapter(self._pool, model.triton_model, vision=takes_images(model.tokenizer))
         return TritonAdapter(self._pool, model.triton_model, model.route, engine_model=model.engine_model)
 
     async def detect(self) -> Adapter:

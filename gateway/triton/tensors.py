@@ -6,6 +6,7 @@ call and allocates arrays; a streamed token needs a handful of bytes read once.
 
 from __future__ import annotations
 
+import base64
 import functools
 import struct
 from array import array
@@ -17,6 +18,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from gateway.engine import GenerationRequest, LoraTensors, TokenLogprob
+from gateway.errors import InvalidRequestError
 from gateway.lora import cast_weights, config_columns
 from gateway.triton import contract as c
 
@@ -216,9 +218,36 @@ def build_request(
         _strings(out, specs[c.STOP_WORDS], end_strings)
     if request.lora is not None and contract.lora:
         _lora(out, contract, request.lora.task_id if lora is None else lora.task_id, lora)
+    if request.images:
+        _images(out, contract, request)
     for name in outputs:
         out.outputs.add().name = name
     return out
+
+
+# The only data: URI prefix TensorRT-LLM's multimodal preprocessing decodes itself (any other URL
+# it fetches with `requests`: the gateway fetches, never Triton). PIL reads the image's format from
+# its bytes, so a PNG, WebP or GIF under this prefix is decoded as itself, losslessly.
+TRTLLM_DATA_URI_PREFIX = "data:image/jpeg;base64,"
+
+
+def image_urls(contract: c.Contract, request: GenerationRequest) -> list[str]:
+    """The request's images as the multimodal ensemble's `image_url_input` takes them, or an
+    InvalidRequestError where the model cannot take them."""
+    if not contract.images:
+        raise InvalidRequestError(f"model {contract.model!r} takes no images", param="messages")
+    limit = contract.images_per_request
+    if limit is not None and len(request.images) > limit:
+        raise InvalidRequestError(
+            f"this model's multimodal repository takes {limit} image per request (its image_url_input "
+            f"is declared with dims [1]); the request has {len(request.images)}",
+            param="messages",
+        )
+    return [TRTLLM_DATA_URI_PREFIX + base64.b64encode(image.data).decode("ascii") for image in request.images]
+
+
+def _images(out: service_pb2.ModelInferRequest, contract: c.Contract, request: GenerationRequest) -> None:
+    _strings(out, contract.inputs[c.IMAGE_URLS], image_urls(contract, request))
 
 
 def _lora(
@@ -257,7 +286,8 @@ def json_request_fits(contract: c.Contract, request: GenerationRequest) -> bool:
     """Whether Triton's HTTP generate_stream carries this request: not generation logits (top log
     probabilities) nor a vocabulary-wide bias, which binary gRPC tensors carry far more cheaply,
     nor a LoRA adapter (its weights, when the backend asks for them, are binary tensors too)."""
-    if request.lora is not None:
+    if request.lora is not None or request.images:
+        # Images are megabytes of base64 text: a binary gRPC tensor carries them as they are.
         return False
     if request.logprobs is not None and request.logprobs > 0 and contract.top_logprobs:
         return False

@@ -90,7 +90,7 @@ class ChatCompletionsService(GenerationService):
         param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
         with tracing.span("tokenize", model=runtime.name):
             prompt = chat_prompt(
-                runtime, await runtime.tokenizer.render_chat(messages, **template_kwargs), images
+                runtime, await runtime.tokenizer.render_chat(messages, **template_kwargs), images, messages
             )
             ids, max_tokens = await v.prompt_budget(
                 runtime,

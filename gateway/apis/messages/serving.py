@@ -88,7 +88,7 @@ class MessagesService(GenerationService):
         images = await self._media.load_images(chat.images)
         with tracing.span("tokenize", model=runtime.name):
             rendered = await runtime.tokenizer.render_chat(messages, **kwargs)
-            return chat_prompt(runtime, rendered, images), plan
+            return chat_prompt(runtime, rendered, images, messages), plan
 
     async def prepare(
         self,

@@ -26,6 +26,7 @@ def _model(runtime: ModelRuntime) -> Model:
         owned_by="triton",
         root=runtime.parent or runtime.name,
         parent=runtime.parent,
+        input_modalities=list(runtime.input_modalities),
     )
 
 

@@ -284,7 +284,7 @@ class ResponsesService(GenerationService):
         }
         with tracing.span("tokenize", model=runtime.name):
             rendered = await runtime.tokenizer.render_chat(whole, **template_kwargs)
-            text = chat_prompt(runtime, rendered, [loaded[r.url] for r in refs])
+            text = chat_prompt(runtime, rendered, [loaded[r.url] for r in refs], whole)
             try:
                 ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except ContextLengthExceededError as exc:
@@ -302,6 +302,7 @@ class ResponsesService(GenerationService):
                                 runtime,
                                 runtime.tokenizer.apply_chat_template(kept_messages, **template_kwargs),
                                 kept_images,
+                                kept_messages,
                             ),
                             **budget_args,
                         )
@@ -313,7 +314,7 @@ class ResponsesService(GenerationService):
                 conversation = conversation[len(conversation) - len(kept) :]
                 kept_messages, kept_images = conversation_of(kept)
                 rendered = await runtime.tokenizer.render_chat(kept_messages, **template_kwargs)
-                text = chat_prompt(runtime, rendered, kept_images)
+                text = chat_prompt(runtime, rendered, kept_images, kept_messages)
                 ids, max_tokens = await prompt_budget(runtime, text, **budget_args)
             except GatewayError as exc:
                 raise _renamed(exc) from None

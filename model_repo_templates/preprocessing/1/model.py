@@ -160,7 +160,10 @@ class TritonPythonModel:
                 raise ValueError("a multimodal request carries one prompt")
             images = self._images(request)
             encoded = self.processor(
-                text=texts[0], images=images or None, add_special_tokens=self.add_special_tokens, return_tensors="np"
+                text=texts[0],
+                images=images or None,
+                add_special_tokens=self.add_special_tokens,
+                return_tensors="np",
             )
             ids = [int(t) for t in encoded["input_ids"][0]]
             next_row = iter(range(self.table_base, self.table_base + len(ids)))

@@ -148,6 +148,15 @@ class TritonPythonModel:
         model_dir = str(settings["model"])
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         runner = TransformersRunner(model_dir, int(stand_in.get("engine_threads", 1)))
+        self.runner = runner
+        # model.yaml's triton_config.multimodal: image_url is read, and the chat template rendered
+        # here around text_input and the images' placeholders (upstream: the LLM API's
+        # default_multimodal_input_loader); without it image_url is ignored, as upstream does.
+        self.processor: Any = None
+        if triton_config.get("multimodal"):
+            from transformers import AutoProcessor
+
+            self.processor = AutoProcessor.from_pretrained(model_dir)
         self.max_positions = runner.max_positions
         self._setup_metrics(args["model_name"], args["model_version"])
         self.lora_cache: LoraCache | None = None
@@ -285,8 +294,15 @@ class TritonPythonModel:
                 f"max_seq_len ({limit})"
             )
         stops = stop_words(_input(request, "sampling_param_stop"), self.tokenizer)
-        if _input(request, "image_url") is not None:
-            raise ValueError("image_url is not supported by the CPU stand-in")
+        table = None
+        urls = _input(request, "image_url") if self.processor is not None else None
+        if urls is not None and urls.size:
+            ids, table = self._multimodal(prompt, urls)
+            if limit is not None and len(ids) + max_tokens > limit:
+                raise _Unanswered(
+                    f"The sum of prompt length ({len(ids)}) and max_tokens ({max_tokens}) should not "
+                    f"exceed max_seq_len ({limit})"
+                )
         try:
             lora = self._lora(request)
         except (ValueError, OSError) as exc:
@@ -340,8 +356,44 @@ class TritonPythonModel:
                 declared_outputs=frozenset({"output_ids", "kv_cache_reused_blocks"}),
                 request_id=internal_id,
                 lora=lora,
+                prompt_table=table,
             )
         )
+
+    def _multimodal(self, question: str, urls: np.ndarray) -> tuple[list[int], np.ndarray]:
+        """The prompt ids and image features of a question with images: one user message of each
+        image's placeholder then the question, joined by newlines (the LLM API's placement for
+        Gemma 3: before the text), through the chat template with its generation prompt; the
+        processor expands the placeholders and the model's vision tower gives the features the
+        engine reads for the image ids (vocabulary size + k)."""
+        import base64
+        import io
+
+        import torch
+        from PIL import Image
+
+        images = []
+        for url in urls.reshape(-1).tolist():
+            text = url.decode("utf-8") if isinstance(url, bytes) else str(url)
+            head, comma, payload = text.partition(",")
+            if not (head.startswith("data:image/") and head.endswith(";base64") and comma):
+                raise ValueError("image_url: the CPU stand-in takes base64 data: URIs only")
+            images.append(Image.open(io.BytesIO(base64.b64decode(payload))).convert("RGB"))
+        placeholder = self.processor.boi_token
+        content = "\n".join([placeholder] * len(images) + [question])
+        prompt = self.tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+        )
+        encoded = self.processor(text=prompt, images=images, add_special_tokens=False, return_tensors="pt")
+        model = self.runner.model
+        image_token = int(model.config.image_token_id)
+        vocab = self.runner.vocab_size
+        ids = [int(t) for t in encoded["input_ids"][0]]
+        rows = iter(range(vocab, vocab + len(ids)))
+        with torch.inference_mode():
+            features = model.model.get_image_features(encoded["pixel_values"]).pooler_output
+        table = features.reshape(-1, features.shape[-1]).float().numpy()
+        return [next(rows) if t == image_token else t for t in ids], table
 
     def _lora(self, request: Any) -> LoraInput | None:
         """lora_id, lora_name and lora_path together, as the LLM API's LoRARequest takes them: the

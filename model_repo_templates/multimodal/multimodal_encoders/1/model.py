@@ -33,7 +33,7 @@ class TritonPythonModel:
     def _respond(self, request: Any) -> Any:
         pixels = pb_utils.get_input_tensor_by_name(request, "pixel_values").as_numpy()
         if pixels.ndim != 5 or pixels.shape[0] != 1:
-            raise ValueError(f"pixel_values must be [1, images, channels, height, width], got {list(pixels.shape)}")
+            raise ValueError(f"pixel_values must be [1, images, channels, height, width]: {pixels.shape}")
         if pixels.shape[1] == 0:
             table = np.zeros((1, 0, self.hidden_size), dtype=np.float32)
         else:
