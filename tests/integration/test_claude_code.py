@@ -36,12 +36,15 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
         process.stop()
 
 
-def claude(gateway: GatewayProcess, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def claude(
+    gateway: GatewayProcess, home: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     binary = os.environ.get("CLAUDE_CODE_BIN")
     if not binary:
         pytest.fail("CLAUDE_CODE_BIN is not set: run `make claude-code`, which installs Claude Code")
     (home / "work").mkdir(parents=True, exist_ok=True)
     env = {
+        **(env or {}),
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": gateway.base_url,
@@ -89,12 +92,16 @@ def test_claude_code_reads_a_png_file_in_a_turn(vlm_gateway: GatewayProcess, tmp
     work = tmp_path / "work"
     work.mkdir(parents=True)
     (work / "chart.png").write_bytes(image_bytes("png", (64, 48), seed=3))
-    # `@chart.png`: Claude Code opens the file with its Read tool before the turn and puts the
-    # picture in the user turn as an `image` block (base64, image/png), the way a pasted
-    # screenshot goes; the random model answers it.
+    # `@chart.png`: Claude Code opens the file with its Read tool before the turn ("Called the Read
+    # tool with ...") and puts the picture in the user turn as an `image` block (base64,
+    # image/png); the random model answers it. The tiny VLM's context is Gemma 3's 8k of the tiny
+    # text body, so the turn keeps to the Read tool and a short system prompt, and asks for a short
+    # answer (Claude Code's own 32k output limit would not fit beside the prompt).
     run = claude(
-        vlm_gateway, tmp_path, "-p", "What is in @chart.png?", "--model", "tiny", "--output-format", "json"
-    )
+        vlm_gateway, tmp_path, "-p", "What is in @chart.png?", "--model", "tiny", "--output-format", "json",
+        "--tools", "Read", "--system-prompt", "You describe pictures.",
+        env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64"},
+    )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr + vlm_gateway.log_text()
     result = json.loads(run.stdout)
     assert result["type"] == "result" and result["subtype"] == "success" and result["is_error"] is False, (
