@@ -3,7 +3,8 @@ as `make run` and `make run-llmapi` start it (`gateway dev`, on the C++ reposito
 stand-in of TensorRT-LLM's llmapi model: the agent tiny model, 64k context: Claude Code's prompt is
 about 16 thousand tokens, on the real CPU Triton). Run by `make claude-code`, which installs the
 pinned Claude Code and sets CLAUDE_CODE_BIN; `make test` leaves it out (it needs npm and the npm
-registry)."""
+registry). A second stack serves the tiny vision-language model (`gateway dev --model-dir`) on
+both engines: Claude Code reads a PNG file in the turn and sends it as an `image` block."""
 
 from __future__ import annotations
 
@@ -35,12 +36,15 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
         process.stop()
 
 
-def claude(gateway: GatewayProcess, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def claude(
+    gateway: GatewayProcess, home: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     binary = os.environ.get("CLAUDE_CODE_BIN")
     if not binary:
         pytest.fail("CLAUDE_CODE_BIN is not set: run `make claude-code`, which installs Claude Code")
     (home / "work").mkdir(parents=True, exist_ok=True)
     env = {
+        **(env or {}),
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": gateway.base_url,
@@ -67,4 +71,43 @@ def test_claude_code_completes_a_print_mode_turn(gateway: GatewayProcess, tmp_pa
     # The turn went through the Messages API, streamed, and nothing on it failed.
     access = [line for line in gateway.log_text().splitlines() if "gateway.access" in line]
     assert any("POST /v1/messages 200" in line for line in access), access
+    assert not any("/v1/messages" in line and " 200 " not in line for line in access), access
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def vlm_gateway(request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
+    from deploy.tiny_vlm import build_vlm_model
+
+    args = ["--engine", request.param, "--model-dir", str(build_vlm_model("gemma3"))]
+    process = GatewayProcess([*args, "--api-keys", KEY, "--access-log"], command="dev").start(timeout=900)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def test_claude_code_reads_a_png_file_in_a_turn(vlm_gateway: GatewayProcess, tmp_path: Path) -> None:
+    from tests.support.images import image_bytes
+
+    work = tmp_path / "work"
+    work.mkdir(parents=True)
+    (work / "chart.png").write_bytes(image_bytes("png", (64, 48), seed=3))
+    # `@chart.png`: Claude Code opens the file with its Read tool before the turn ("Called the Read
+    # tool with ...") and puts the picture in the user turn as an `image` block (base64,
+    # image/png); the random model answers it. The tiny VLM's context is Gemma 3's 8k of the tiny
+    # text body, so the turn keeps to the Read tool and a short system prompt, and asks for a short
+    # answer (Claude Code's own 32k output limit would not fit beside the prompt).
+    run = claude(
+        vlm_gateway, tmp_path, "-p", "What is in @chart.png?", "--model", "tiny", "--output-format", "json",
+        "--tools", "Read", "--system-prompt", "You describe pictures.",
+        env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr + vlm_gateway.log_text()
+    result = json.loads(run.stdout)
+    assert result["type"] == "result" and result["subtype"] == "success" and result["is_error"] is False, (
+        result
+    )
+    assert result["stop_reason"] in ("end_turn", "max_tokens"), result
+    access = [line for line in vlm_gateway.log_text().splitlines() if "gateway.access" in line]
+    assert any("POST /v1/messages" in line and " 200 " in line for line in access), access
     assert not any("/v1/messages" in line and " 200 " not in line for line in access), access
