@@ -494,7 +494,8 @@ def test_real_tritonserver_serves_the_repository_and_stops_cleanly(
 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 143
-        deadline = time.monotonic() + 10
+        # Python backend stubs leave after the server: on a loaded 2-core machine that took over 10 s.
+        deadline = time.monotonic() + 60
         while our_processes(str(tmp_path)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert our_processes(str(tmp_path)) == []
