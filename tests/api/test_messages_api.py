@@ -14,6 +14,7 @@ from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message as SdkMessage
 from anthropic.types import RawMessageStreamEvent
 
+from deploy.families import build_family_model
 from tests.api.conftest import MakeClient
 from tests.support.anthropic_errors import assert_error
 from tests.support.waiting import wait_until
@@ -459,3 +460,44 @@ async def test_a_reasoning_model_answers_with_a_thinking_block(make_client: Make
         await client.post("/v1/messages", json=body(thinking={"type": "adaptive", "display": "omitted"}))
     ).json()
     assert omitted["content"] == [{"type": "text", "text": "It is sunny."}]
+
+
+async def test_consecutive_user_turns_are_one_turn_as_anthropic_combines_them(
+    make_client: MakeClient,
+) -> None:
+    # Gemma 3's template refuses roles that do not alternate; Claude Code sends user turns in a row.
+    client, engine = await make_client(tokenizer_dir=build_family_model("gemma3"))
+    turns = [
+        {"role": "user", "content": "<system-reminder>be brief</system-reminder>"},
+        {"role": "user", "content": [{"type": "text", "text": "Hello"}]},
+        {"role": "assistant", "content": "Hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "there"}]},
+        {"role": "user", "content": "Bye"},
+    ]
+    r = await client.post("/v1/messages", json={"model": "tiny", "max_tokens": 4, "messages": turns})
+    assert r.status_code == 200, r.text
+    prompt = engine.requests[0].prompt_text
+    assert "<system-reminder>be brief</system-reminder>\n\nHello<end_of_turn>" in prompt
+    assert "Hi\n\nthere<end_of_turn>" in prompt
+    assert prompt.count("<start_of_turn>user") == 2
+
+
+async def test_a_tool_result_in_a_second_user_message_answers_the_call(make_client: MakeClient) -> None:
+    client, engine = await make_client(model={"tool_parser": "hermes"})
+    turns = [
+        {"role": "user", "content": "weather?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+            ],
+        },
+        {"role": "user", "content": "here it is"},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
+    ]
+    tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    r = await client.post(
+        "/v1/messages", json={"model": "tiny", "max_tokens": 4, "messages": turns, "tools": tools}
+    )
+    assert r.status_code == 200, r.text
+    assert "sunny" in engine.requests[0].prompt_text

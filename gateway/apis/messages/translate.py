@@ -144,19 +144,51 @@ def _unserved(block: UnservedBlockParam, where: str) -> InvalidRequestError:
 
 def _conversation(messages: list[MessageParam], images: list[ImageRef]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    # tool_use ids of the last assistant turn still waiting for their tool_result.
+    # tool_use ids of the last assistant turn still waiting for their tool_result. Consecutive
+    # user messages are one turn (Anthropic's API combines them), so they answer the same calls.
     open_calls: set[str] = set()
     for i, message in enumerate(messages):
         where = f"messages.{i}"
         if message.role == "assistant":
-            out.append(_assistant(message, where))
+            _append(out, _assistant(message, where))
             open_calls = {c["id"] for c in out[-1].get("tool_calls", ())}
         elif message.role == "system":
             out.append({"role": "system", "content": _text_only(message, where)})
         else:
-            out += _user(message, where, open_calls, images)
-            open_calls = set()
+            for turn in _user(message, where, open_calls, images):
+                _append(out, turn)
     return out
+
+
+def _append(out: list[dict[str, Any]], turn: dict[str, Any]) -> None:
+    """Adds a turn, combining it with the one before when both are the same speaker's (user after
+    user, assistant after assistant), as Anthropic's API combines consecutive turns: clients such
+    as Claude Code send them, and chat templates that insist on alternating roles (Gemma's,
+    Llama 2's, Mistral's) would refuse the conversation."""
+    last = out[-1] if out else None
+    if last is None or last["role"] != turn["role"] or turn["role"] not in ("user", "assistant"):
+        out.append(turn)
+        return
+    last["content"] = _joined(last["content"], turn["content"])
+    if "tool_calls" in turn:
+        last["tool_calls"] = [*last.get("tool_calls", ()), *turn["tool_calls"]]
+    if "reasoning_content" in turn:
+        last["reasoning_content"] = last.get("reasoning_content", "") + turn["reasoning_content"]
+
+
+def _joined(
+    first: str | list[dict[str, Any]], second: str | list[dict[str, Any]]
+) -> str | list[dict[str, Any]]:
+    """Two turns' contents as one: texts a paragraph apart; with images, their parts in order."""
+    if isinstance(first, str) and isinstance(second, str):
+        return "\n\n".join(t for t in (first, second) if t)
+
+    def parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if isinstance(content, str):
+            return [{"type": "text", "text": content}] if content else []
+        return list(content)
+
+    return parts(first) + parts(second)
 
 
 def _text_only(message: MessageParam, where: str) -> str:
