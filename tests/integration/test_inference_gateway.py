@@ -63,11 +63,10 @@ async def _stream(client: httpx.AsyncClient, model: str, started: asyncio.Event,
 
 async def test_the_epp_reads_waiting_running_kv_and_adapters_under_load(gateway: GatewayProcess) -> None:
     async with httpx.AsyncClient(base_url=gateway.base_url, timeout=120) as client:
-        # The CPU engine publishes its block counts once it has stepped: one short request first.
-        warm = await client.post("/v1/completions", json={"model": BASE, "prompt": "Hi", "max_tokens": 2})
-        assert warm.status_code == 200, warm.text
-        # Every metric the vllm engine type reads is there (the EPP logs no error).
-        idle = await _read_until(client, lambda m: m.running_requests_size == 0 and not m.errors)
+        # On the fresh stack, before any request, every metric the vllm engine type reads is there
+        # (the EPP would log no error).
+        idle = epp_metrics.extract((await client.get("/metrics")).text)
+        assert idle.errors == [] and idle.running_requests_size == 0
         assert idle.waiting_queue_size == 0
         assert idle.active_models == set() and idle.max_active_models == DEV_LORA_CACHE_ADAPTERS
         assert idle.cache_block_size and idle.cache_num_blocks

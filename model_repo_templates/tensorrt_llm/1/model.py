@@ -221,6 +221,9 @@ class TritonPythonModel:
                 self.guided_unavailable = f"xgrammar is not installed ({exc})"
                 pb_utils.Logger.log_warn(f"guided decoding disabled: {self.guided_unavailable}")
         self.kv_cache = self._kv_cache(config)
+        # The block counts from the start, as the backend's statistics report them before any request
+        # (an endpoint picker reads the block size and count from them).
+        self._set_gauges(self._kv_values(self.kv_cache.stats()))
         lora_cache = self._lora_cache(config, runner)
         self.engine = Engine(
             runner=runner,
@@ -370,6 +373,23 @@ class TritonPythonModel:
         self._last_log = 0.0
         self._logged_active = -1
 
+    @staticmethod
+    def _kv_values(kv: Any) -> dict[str, float]:
+        return {
+            "kv:max": kv.max_blocks,
+            "kv:free": kv.free_blocks,
+            "kv:used": kv.used_blocks,
+            "kv:tokens_per": kv.tokens_per_block,
+            "kv:reused": kv.reused_blocks,
+            "kv:fraction": kv.fraction_used,
+        }
+
+    def _set_gauges(self, values: dict[str, float]) -> None:
+        for name, value in values.items():
+            if self._published.get(name) != value:
+                self._gauges[name].set(value)
+                self._published[name] = value
+
     def _publish(self, stats: StepStats) -> None:
         """Called by the loop after each step: export the state, at most every few ms unless it changed."""
         now = time.monotonic()
@@ -389,21 +409,8 @@ class TritonPythonModel:
             "max_batch_size": stats.max_batch_size,
         }
         if stats.kv_cache is not None:
-            kv = stats.kv_cache
-            values.update(
-                {
-                    "kv:max": kv.max_blocks,
-                    "kv:free": kv.free_blocks,
-                    "kv:used": kv.used_blocks,
-                    "kv:tokens_per": kv.tokens_per_block,
-                    "kv:reused": kv.reused_blocks,
-                    "kv:fraction": kv.fraction_used,
-                }
-            )
-        for name, value in values.items():
-            if self._published.get(name) != value:
-                self._gauges[name].set(value)
-                self._published[name] = value
+            values.update(self._kv_values(stats.kv_cache))
+        self._set_gauges(values)
         totals = {
             "steps": stats.steps_total,
             "generated_tokens": stats.generated_tokens_total,

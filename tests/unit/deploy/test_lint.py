@@ -73,16 +73,21 @@ def test_dockerfile_passes_hadolint(dockerfile: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-# Hosts the deploy files may name: NVIDIA's NGC registry (the Triton + TensorRT-LLM image) and GitHub
-# (the TensorRT-LLM examples), both as overridable defaults. The other dotted names are Kubernetes API
-# groups, label prefixes and resource names, not hosts.
-ALLOWED_HOSTS = {"nvcr.io", "github.com"}
+# Hosts the deploy files may name: NVIDIA's NGC registry (the Triton + TensorRT-LLM image), GitHub
+# (the TensorRT-LLM examples) and GitHub's registry (llm-d-router's endpoint picker image, in the
+# inference-gateway overlay's kustomize `images`), all as overridable defaults. The other dotted names
+# are Kubernetes API groups, label prefixes and resource names, not hosts.
+ALLOWED_HOSTS = {"nvcr.io", "github.com", "ghcr.io"}
 NOT_HOSTS = {
     "kubernetes.io",
     "app.kubernetes.io",
     "monitoring.coreos.com",
     "kustomize.config.k8s.io",
     "nvidia.com",
+    "rbac.authorization.k8s.io",
+    "inference.networking.k8s.io",
+    "gateway.networking.k8s.io",
+    "llm-d.ai",
 }
 HOST = re.compile(r"\b(?:[a-z0-9-]+\.)+(?:com|io|org|net|dev|ai|co|cloud|internal|local)\b")
 OPERATIONAL_FILES = sorted(
@@ -104,6 +109,7 @@ def test_deploy_files_name_no_registry_or_host_but_the_upstream_ones() -> None:
         for file in files:
             for line in (REPO / file).read_text().splitlines():
                 if host in line and not line.lstrip().startswith("#"):
-                    assert re.search(r"[A-Z_]+[=:]|\$\{[A-Z_]+:-", line), (
+                    # A variable's default, or a kustomize image name (`kustomize edit set image`).
+                    assert re.search(r"[A-Z_]+[=:]|\$\{[A-Z_]+:-|^\s*newName:", line), (
                         f"{file}: {host} outside a variable: {line}"
                     )
