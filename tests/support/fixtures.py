@@ -33,3 +33,17 @@ def build_tiny(kind: str) -> Path:
     from deploy.tiny_model import build_tiny_model
 
     return build_tiny_model(kind)
+
+
+@pytest.fixture(scope="session")
+def tiny_embed_dir() -> Path:
+    from deploy.tiny_encoder import build_tiny_encoder
+
+    return build_tiny_encoder("embed")
+
+
+@pytest.fixture(scope="session")
+def tiny_score_dir() -> Path:
+    from deploy.tiny_encoder import build_tiny_encoder
+
+    return build_tiny_encoder("score")
