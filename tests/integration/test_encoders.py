@@ -55,8 +55,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "--model",
             f"name=tiny-rerank,triton_model=reranker,tokenizer={score_dir}",
         ]
-        with GatewayProcess(args).start(timeout=180) as gateway:
+        # start() once (entering a GatewayProcess starts it again, with the default timeout).
+        gateway = GatewayProcess(args)
+        gateway.start(timeout=180)
+        try:
             yield Stack(gateway.base_url, embed_dir, score_dir)
+        finally:
+            gateway.stop()
 
 
 class Reference:
