@@ -94,9 +94,9 @@ async def test_an_unknown_path_is_a_404_naming_the_route_or_the_base_url_fix(
 
 async def test_a_path_near_no_route_is_a_plain_404(make_client: MakeClient) -> None:
     client, _ = await make_client()
-    r = await client.post("/v1/embeddings", json={})
+    r = await client.post("/v1/audio/speech", json={})
     assert r.status_code == 404
-    assert r.json()["error"]["message"] == "Unknown request URL: POST /v1/embeddings."
+    assert r.json()["error"]["message"] == "Unknown request URL: POST /v1/audio/speech."
 
 
 async def test_an_anthropic_base_url_ending_in_v1_gets_anthropics_404_with_the_fix(

@@ -53,6 +53,7 @@ OUTSIDE_FLAGS = {
     "mpirun": {"--allow-run-as-root", "--mca"},
     "srun": {"--container-image"},
     "pip": {"--upgrade"},
+    "optimum-cli": {"--model", "--task"},
 }
 OUTSIDE = frozenset().union(*OUTSIDE_FLAGS.values())
 # Programs whose command lines the pages show but the project does not define.
@@ -195,8 +196,11 @@ def test_every_documented_command_exists(block: Block) -> None:
 def _api_models() -> dict[str, list[type[BaseModel]]]:
     from gateway.apis.chat_completions.protocol import ChatCompletionRequest
     from gateway.apis.completions.protocol import CompletionRequest
+    from gateway.apis.embeddings.protocol import EmbeddingRequest
     from gateway.apis.messages.protocol import MessageCreateRequest
+    from gateway.apis.rerank.protocol import RerankRequest
     from gateway.apis.responses.protocol import CreateResponseRequest
+    from gateway.apis.score.protocol import ScoreRequest
     from gateway.apis.tokenize.protocol import DetokenizeRequest, TokenizeRequest
 
     return {
@@ -205,6 +209,8 @@ def _api_models() -> dict[str, list[type[BaseModel]]]:
         "responses.md": [CreateResponseRequest],
         "messages.md": [MessageCreateRequest],
         "tokenize.md": [TokenizeRequest, DetokenizeRequest],
+        "embeddings.md": [EmbeddingRequest],
+        "rerank-score.md": [RerankRequest, ScoreRequest],
     }
 
 

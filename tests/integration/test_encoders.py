@@ -1,10 +1,14 @@
 """Embeddings, rerank and score end to end: the tiny BERT encoder and cross-encoder on a CPU
 tritonserver (ids in, as an ONNX or TensorRT export takes them; and text in), behind `gateway
-serve`, checked with the real clients against sentence-transformers and transformers."""
+serve`, checked with the real clients against the models run in transformers."""
 
 from __future__ import annotations
 
 import base64
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +19,7 @@ import pytest
 from deploy.devstack import TritonServer
 from deploy.encoder_repo import render_encoder_repository
 from deploy.tiny_encoder import build_tiny_encoder
+from tests.support.docs_snippets import ROOT, RUNNABLE, SHELL, Block, all_blocks
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -50,15 +55,42 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "--model",
             f"name=tiny-rerank,triton_model=reranker,tokenizer={score_dir}",
         ]
-        with GatewayProcess(args).start(timeout=180) as gateway:
+        # start() once (entering a GatewayProcess starts it again, with the default timeout).
+        gateway = GatewayProcess(args)
+        gateway.start(timeout=180)
+        try:
             yield Stack(gateway.base_url, embed_dir, score_dir)
+        finally:
+            gateway.stop()
+
+
+class Reference:
+    """The tiny encoder's sentence embeddings computed in transformers as its sentence-transformers
+    files define them (modules.json: Transformer, Pooling with mean tokens, Normalize)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        pooling = json.loads((model_dir / "1_Pooling" / "config.json").read_text())
+        modules = [m["type"] for m in json.loads((model_dir / "modules.json").read_text())]
+        assert pooling["pooling_mode_mean_tokens"] and modules[-1].endswith("Normalize")
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModel.from_pretrained(model_dir).eval()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            batch = self.tokenizer(texts, padding=True, return_tensors="pt")
+            states = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+            mean = (states * mask).sum(1) / mask.sum(1)
+            return torch.nn.functional.normalize(mean, dim=1).numpy()
 
 
 @pytest.fixture(scope="module")
-def reference(stack: Stack) -> object:
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(stack.embed_dir), device="cpu")
+def reference(stack: Stack) -> Reference:
+    return Reference(stack.embed_dir)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -78,35 +110,35 @@ def _assert_close(got: list[list[float]] | list[str], want: np.ndarray) -> None:
 
 @pytest.mark.parametrize("model", ["tiny-embed", "tiny-embed-text"])
 @pytest.mark.parametrize("encoding_format", ["float", "base64"])
-def test_openai_sdk_embeddings_equal_sentence_transformers(
-    stack: Stack, reference: object, model: str, encoding_format: str
+def test_openai_sdk_embeddings_equal_the_reference_pooling(
+    stack: Stack, reference: Reference, model: str, encoding_format: str
 ) -> None:
     import openai
 
     client = openai.OpenAI(base_url=stack.base_url + "/v1", api_key="x")
-    want = reference.encode(TEXTS)  # type: ignore[attr-defined]
+    want = reference.encode(TEXTS)
     many = client.embeddings.create(model=model, input=TEXTS, encoding_format=encoding_format)  # type: ignore[arg-type]
     _assert_close([d.embedding for d in many.data], want)
     one = client.embeddings.create(model=model, input=TEXTS[0], encoding_format=encoding_format)  # type: ignore[arg-type]
     _assert_close([one.data[0].embedding], want[:1])
-    tokenizer = reference.tokenizer  # type: ignore[attr-defined]
+    tokenizer = reference.tokenizer
     ids = [tokenizer(t)["input_ids"] for t in TEXTS]
     by_ids = client.embeddings.create(model=model, input=ids, encoding_format=encoding_format)  # type: ignore[arg-type]
     _assert_close([d.embedding for d in by_ids.data], want)
     assert many.usage.prompt_tokens == sum(len(i) for i in ids) == by_ids.usage.prompt_tokens
 
 
-def test_base64_is_little_endian_float32(stack: Stack, reference: object) -> None:
+def test_base64_is_little_endian_float32(stack: Stack, reference: Reference) -> None:
     body = {"model": "tiny-embed", "input": TEXTS[1], "encoding_format": "base64"}
     data = httpx.post(stack.base_url + "/v1/embeddings", json=body, timeout=60).json()["data"][0]
     vector = np.frombuffer(base64.b64decode(data["embedding"]), dtype="<f4")
-    assert _cosine(vector, reference.encode([TEXTS[1]])[0]) >= 0.9999  # type: ignore[attr-defined]
+    assert _cosine(vector, reference.encode([TEXTS[1]])[0]) >= 0.9999
 
 
-def test_matryoshka_dimensions_are_truncated_and_renormalized(stack: Stack, reference: object) -> None:
+def test_matryoshka_dimensions_are_truncated_and_renormalized(stack: Stack, reference: Reference) -> None:
     body = {"model": "tiny-embed", "input": TEXTS, "dimensions": 16}
     got = httpx.post(stack.base_url + "/v1/embeddings", json=body, timeout=60).json()["data"]
-    full = reference.encode(TEXTS)  # type: ignore[attr-defined]
+    full = reference.encode(TEXTS)
     want = full[:, :16] / np.linalg.norm(full[:, :16], axis=1, keepdims=True)
     _assert_close([d["embedding"] for d in got], want)
     refused = httpx.post(stack.base_url + "/v1/embeddings", json={**body, "dimensions": 12}, timeout=60)
@@ -114,11 +146,11 @@ def test_matryoshka_dimensions_are_truncated_and_renormalized(stack: Stack, refe
     assert refused.json()["error"]["param"] == "dimensions"
 
 
-def test_langchain_and_llamaindex_get_the_reference_embeddings(stack: Stack, reference: object) -> None:
+def test_langchain_and_llamaindex_get_the_reference_embeddings(stack: Stack, reference: Reference) -> None:
     from langchain_openai import OpenAIEmbeddings
     from llama_index.embeddings.openai_like import OpenAILikeEmbedding
 
-    want = reference.encode(TEXTS)  # type: ignore[attr-defined]
+    want = reference.encode(TEXTS)
     langchain = OpenAIEmbeddings(
         model="tiny-embed", base_url=stack.base_url + "/v1", api_key="x", check_embedding_ctx_length=False
     )
@@ -189,3 +221,20 @@ def test_truncate_prompt_tokens_cuts_a_long_input(stack: Stack) -> None:
 def test_models_lists_the_encoders(stack: Stack) -> None:
     ids = {m["id"] for m in httpx.get(stack.base_url + "/v1/models", timeout=10).json()["data"]}
     assert {"tiny-embed", "tiny-embed-text", "tiny-rerank"} <= ids
+
+
+ENCODER_EXAMPLES = [b for b in all_blocks() if b.requires == "stack-encoders" and b.language in RUNNABLE]
+
+
+@pytest.mark.parametrize("block", ENCODER_EXAMPLES, ids=lambda b: b.where)
+def test_the_encoder_pages_examples_run(stack: Stack, block: Block, tmp_path: Path) -> None:
+    code = block.text.replace("127.0.0.1:9000", stack.base_url.removeprefix("http://"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OPENAI_MAX_RETRIES": "0"}
+    if block.language in SHELL:
+        argv = ["bash", "-e", "-o", "pipefail", "-c", code.replace("curl -s ", "curl -sS --fail-with-body ")]
+    else:
+        argv = [sys.executable, "-c", code]
+    result = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, f"{block.where}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"

@@ -40,3 +40,17 @@ def tiny_gemma3_vlm_dir() -> Path:
     from deploy.tiny_vlm import build_vlm_model
 
     return build_vlm_model("gemma3")
+
+
+@pytest.fixture(scope="session")
+def tiny_embed_dir() -> Path:
+    from deploy.tiny_encoder import build_tiny_encoder
+
+    return build_tiny_encoder("embed")
+
+
+@pytest.fixture(scope="session")
+def tiny_score_dir() -> Path:
+    from deploy.tiny_encoder import build_tiny_encoder
+
+    return build_tiny_encoder("score")

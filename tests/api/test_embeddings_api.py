@@ -1,0 +1,242 @@
+"""/v1/embeddings, /v1/rerank and /v1/score on the app with scripted encoders: pooling and
+normalizing as the model's files say, Matryoshka dimensions, batching, truncation, keys, rate
+limits and metrics as for generation, and every hostile input a 4xx in OpenAI's shape."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from sse_starlette.sse import AppStatus
+
+from gateway.app import create_app
+from gateway.config import ServedModel, Settings
+from gateway.text.tokenizer import Tokenizer
+from tests.support.fake_encoder import FakeEncoder, pair_logit, token_state
+from tests.support.fake_engine import FakeEngine
+from tests.support.fixtures import tiny_bpe_dir, tiny_embed_dir, tiny_score_dir  # noqa: F401
+
+
+class Served:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        encoders: dict[str, FakeEncoder],
+        tokenizer: Tokenizer,
+        score_dir: Path,
+    ) -> None:
+        self.score_dir = score_dir
+        self.client = client
+        self.encoders = encoders
+        self.tokenizer = tokenizer
+
+
+@pytest.fixture
+async def served(
+    request: pytest.FixtureRequest,
+    tiny_bpe_dir: Path,  # noqa: F811
+    tiny_embed_dir: Path,  # noqa: F811
+    tiny_score_dir: Path,  # noqa: F811
+) -> AsyncIterator[Served]:
+    settings: dict[str, Any] = getattr(request, "param", {})
+    AppStatus.should_exit = False
+    encoders: dict[str, FakeEncoder] = {}
+
+    def encoder_factory(model: ServedModel) -> FakeEncoder:
+        encoder = FakeEncoder(scores=model.name == "rr", takes="text" if model.name == "emb-text" else "ids")
+        encoders[model.name] = encoder
+        return encoder
+
+    config = Settings(
+        models=[
+            ServedModel(name="tiny", tokenizer=tiny_bpe_dir),
+            ServedModel(name="emb", tokenizer=tiny_embed_dir),
+            ServedModel(name="emb-text", tokenizer=tiny_embed_dir),
+            ServedModel(name="rr", tokenizer=tiny_score_dir),
+        ],
+        **settings,
+    )
+    app = create_app(
+        config,
+        engine_factory=lambda m: FakeEngine(Tokenizer(m.tokenizer)),  # type: ignore[arg-type,return-value]
+        encoder_factory=encoder_factory,  # type: ignore[arg-type]
+    )
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as client:
+            yield Served(client, encoders, Tokenizer(tiny_embed_dir), tiny_score_dir)
+
+
+def _expected(ids: list[int], size: int | None = None) -> np.ndarray:
+    """Mean pooling and normalizing (the tiny encoder's sentence-transformers files), done here."""
+    mean = np.mean([token_state(t, p).astype(np.float64) for p, t in enumerate(ids)], axis=0)
+    vector = mean / np.linalg.norm(mean)
+    if size is not None:
+        vector = vector[:size] / np.linalg.norm(vector[:size])
+    return vector
+
+
+async def test_text_and_token_ids_are_pooled_and_normalized_as_the_model_says(served: Served) -> None:
+    texts = ["Hello world", "The gateway embeds text", "a"]
+    ids = [served.tokenizer.encode(t) for t in texts]
+    for value in (texts, ids):
+        r = await served.client.post("/v1/embeddings", json={"model": "emb", "input": value})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert [d["index"] for d in body["data"]] == [0, 1, 2]
+        for d, want in zip(body["data"], ids, strict=True):
+            assert np.allclose(d["embedding"], _expected(want), atol=1e-6)
+        assert body["usage"] == {"prompt_tokens": sum(map(len, ids)), "total_tokens": sum(map(len, ids))}
+        assert body["model"] == "emb" and body["object"] == "list"
+    # Seven inputs go to the model in batches of its max batch size (3).
+    await served.client.post("/v1/embeddings", json={"model": "emb", "input": texts * 2 + ["b"]})
+    assert [len(b) for b in served.encoders["emb"].batches[-3:]] == [3, 3, 1]
+
+
+async def test_base64_and_matryoshka_dimensions(served: Served) -> None:
+    ids = served.tokenizer.encode("Hello world")
+    body = {"model": "emb", "input": "Hello world", "encoding_format": "base64", "dimensions": 8}
+    r = await served.client.post("/v1/embeddings", json=body)
+    vector = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), dtype="<f4")
+    assert np.allclose(vector, _expected(ids, 8), atol=1e-6)
+    r = await served.client.post("/v1/embeddings", json={**body, "dimensions": 12})
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "dimensions"
+    assert "32, 16, 8" in r.json()["error"]["message"]
+
+
+async def test_a_text_model_gets_the_text_and_token_ids_as_their_text(served: Served) -> None:
+    ids = served.tokenizer.encode("hello world")
+    for value in ("hello world", ids):
+        r = await served.client.post("/v1/embeddings", json={"model": "emb-text", "input": value})
+        assert r.status_code == 200, r.text
+    sent = served.encoders["emb-text"].batches
+    assert [b[0].text for b in sent] == ["hello world", "hello world"]
+
+
+async def test_truncate_prompt_tokens_cuts_and_a_long_input_is_a_400(served: Served) -> None:
+    long = " ".join(["word"] * 300)
+    r = await served.client.post("/v1/embeddings", json={"model": "emb", "input": long})
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "context_length_exceeded"
+    r = await served.client.post(
+        "/v1/embeddings", json={"model": "emb", "input": long, "truncate_prompt_tokens": 10}
+    )
+    assert r.status_code == 200, r.text
+    sent = served.encoders["emb"].batches[-1][0].ids
+    assert len(sent) == 10
+    # The tokenizer's truncation: its special tokens stay at both ends.
+    assert served.tokenizer.convert_ids_to_tokens([sent[0], sent[-1]]) == ["[CLS]", "[SEP]"]
+
+
+async def test_rerank_and_score_apply_the_cross_encoders_sigmoid(served: Served) -> None:
+    tokenizer = Tokenizer(served.score_dir)
+    docs = ["first document", "second one here", "third"]
+    pairs = [tokenizer.encode_pair("query", d)[0] for d in docs]
+    logits = np.array([pair_logit(p) for p in pairs])
+    probs = 1 / (1 + np.exp(-logits))
+    r = await served.client.post("/v1/rerank", json={"model": "rr", "query": "query", "documents": docs})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [x["index"] for x in results] == list(np.argsort(-probs))
+    assert np.allclose([x["relevance_score"] for x in results], np.sort(probs)[::-1])
+    r = await served.client.post(
+        "/v2/rerank",
+        json={"model": "rr", "query": "query", "documents": docs, "top_n": 1, "return_documents": False},
+    )
+    (only,) = r.json()["results"]
+    assert only["index"] == int(np.argmax(probs)) and only["document"] is None
+    assert only["relevance_score"] == pytest.approx(float(probs.max()))
+    r = await served.client.post(
+        "/v1/score", json={"model": "rr", "text_1": "query", "text_2": docs, "use_activation": False}
+    )
+    assert np.allclose([d["score"] for d in r.json()["data"]], logits)
+    assert r.json()["usage"]["prompt_tokens"] == sum(map(len, pairs))
+    r = await served.client.post("/score", json={"model": "rr", "text_1": ["query"] * 3, "text_2": docs})
+    assert np.allclose([d["score"] for d in r.json()["data"]], probs)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "param"),
+    [
+        ("/v1/embeddings", {"model": "emb", "input": []}, 400, "input"),
+        ("/v1/embeddings", {"model": "emb", "input": ""}, 400, "input"),
+        ("/v1/embeddings", {"model": "emb", "input": [[]]}, 400, "input"),
+        ("/v1/embeddings", {"model": "emb", "input": ["a"] * 2049}, 400, "input"),
+        ("/v1/embeddings", {"model": "emb", "input": [3, 99999]}, 400, "input"),
+        ("/v1/embeddings", {"model": "emb", "input": [-1]}, 400, "input"),
+        ("/v1/embeddings", {"model": "emb", "input": [1, "a"]}, 400, None),
+        ("/v1/embeddings", {"model": "emb", "input": [True]}, 400, None),
+        ("/v1/embeddings", {"model": "emb", "input": {"text": "a"}}, 400, None),
+        ("/v1/embeddings", {"model": "emb", "input": "a", "encoding_format": "int8"}, 400, None),
+        ("/v1/embeddings", {"model": "emb", "input": "a", "dimensions": 0}, 400, None),
+        (
+            "/v1/embeddings",
+            {"model": "emb", "input": "a", "truncate_prompt_tokens": 1000},
+            400,
+            "truncate_prompt_tokens",
+        ),
+        ("/v1/embeddings", {"model": "tiny", "input": "a"}, 400, "model"),
+        ("/v1/embeddings", {"model": "rr", "input": "a"}, 400, "model"),
+        ("/v1/embeddings", {"model": "nope", "input": "a"}, 404, "model"),
+        ("/v1/embeddings", {"input": "a"}, 400, None),
+        (
+            "/v1/chat/completions",
+            {"model": "emb", "messages": [{"role": "user", "content": "x"}]},
+            400,
+            "model",
+        ),
+        ("/v1/completions", {"model": "rr", "prompt": "x"}, 400, "model"),
+        ("/v1/rerank", {"model": "rr", "query": "q", "documents": []}, 400, "documents"),
+        ("/v1/rerank", {"model": "rr", "query": "", "documents": ["d"]}, 400, "query"),
+        ("/v1/rerank", {"model": "rr", "query": "q", "documents": [""]}, 400, "documents[0]"),
+        ("/v1/rerank", {"model": "rr", "query": "q", "documents": [1]}, 400, None),
+        ("/v1/rerank", {"model": "emb", "query": "q", "documents": ["d"]}, 400, "model"),
+        ("/v1/score", {"model": "rr", "text_1": ["a", "b"], "text_2": ["c", "d", "e"]}, 400, "text_1"),
+        ("/v1/score", {"model": "tiny", "text_1": "a", "text_2": "b"}, 400, "model"),
+    ],
+)
+async def test_hostile_inputs_are_4xx_in_openais_shape(
+    served: Served, path: str, body: dict[str, Any], status: int, param: str | None
+) -> None:
+    r = await served.client.post(path, json=body)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert isinstance(error["message"], str) and error["type"]
+    if param is not None:
+        assert error["param"] == param
+
+
+async def test_a_hundred_thousand_inputs_are_refused_without_reaching_the_model(served: Served) -> None:
+    r = await served.client.post("/v1/embeddings", json={"model": "emb", "input": ["x"] * 100_000})
+    assert 400 <= r.status_code < 500
+    assert "error" in r.json()
+    assert served.encoders["emb"].batches == []
+
+
+@pytest.mark.parametrize("served", [{"api_keys": ["k1"], "rate_limit_tpm": 20}], indirect=True)
+async def test_keys_and_token_rate_limits_hold_as_for_generation(served: Served) -> None:
+    body = {"model": "emb", "input": "hello world"}
+    assert (await served.client.post("/v1/embeddings", json=body)).status_code == 401
+    headers = {"Authorization": "Bearer k1"}
+    assert (await served.client.post("/v1/embeddings", json=body, headers=headers)).status_code == 200
+    big = {"model": "emb", "input": " ".join(["word"] * 30)}
+    r = await served.client.post("/v1/embeddings", json=big, headers=headers)
+    assert r.status_code == 429
+    assert r.json()["error"]["type"]
+
+
+async def test_models_and_metrics_include_the_encoders(served: Served) -> None:
+    ids = {m["id"] for m in (await served.client.get("/v1/models")).json()["data"]}
+    assert ids == {"tiny", "emb", "emb-text", "rr"}
+    assert (await served.client.get("/v1/models/emb")).json()["id"] == "emb"
+    await served.client.post("/v1/embeddings", json={"model": "emb", "input": "hello world"})
+    metrics = (await served.client.get("/metrics")).text
+    tokens = len(served.tokenizer.encode("hello world"))
+    assert f'gateway_prompt_tokens_total{{model="emb"}} {tokens}.0' in metrics
+    assert 'route="/v1/embeddings"' in metrics
