@@ -112,12 +112,14 @@ def test_claude_code_reads_a_png_file_in_a_turn(
     # tool with ...") and puts the picture in the user turn as an `image` block (base64,
     # image/png); the random model answers it. Gemma 3's chat template renders no tools (the
     # gateway refuses tools it would drop), and the tiny VLM's context is 8k: the turn offers the
-    # model no tools (`--tools ""`: Claude Code still reads the file), a short system prompt, and a
-    # short answer (Claude Code's own 32k output limit would not fit beside the prompt).
+    # model no tools (`--tools ""`: Claude Code still reads the file), a short system prompt, and
+    # an output limit that fits beside the prompt (Claude Code's own 32k would not).
     run = claude(
         gateway, tmp_path, "-p", "What is in @chart.png?", "--model", "tiny", "--output-format", "json",
         "--tools", "", "--system-prompt", "You describe pictures.",
-        env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64"},
+        # Room for the random model to end its reply itself inside the 8k context: Claude Code
+        # fails a turn cut at its output limit (64 was tried: every reply was cut).
+        env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "7000"},
     )  # fmt: skip
     access = [line for line in gateway.log_text().splitlines() if "gateway.access" in line]
     if engine == "llmapi":
