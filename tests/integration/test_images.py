@@ -187,7 +187,8 @@ def test_anthropic_base64_image_block(stack: Stack, reference: Any) -> None:
     got = stack.anthropic().messages.create(
         model="tiny",
         max_tokens=MAX_TOKENS,
-        temperature=0,
+        # Greedy (the SDK has no temperature argument; the API takes it).
+        extra_body={"temperature": 0},
         messages=[
             {
                 "role": "user",
@@ -219,7 +220,7 @@ def test_anthropic_image_in_a_tool_result(stack: Stack) -> None:
         return client.messages.create(
             model="tiny",
             max_tokens=MAX_TOKENS,
-            temperature=0,
+            extra_body={"temperature": 0},
             messages=[
                 {"role": "user", "content": "Read the screenshot."},
                 {
