@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime
 import io
+import ssl
 import struct
 import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
 from PIL import Image
@@ -69,17 +72,53 @@ class ImageServer:
     `/claims-huge` (a Content-Length past any cap), `/text` (not an image)."""
 
     host: str
+    scheme: str = "http"
     port: int = 0
     requests: list[str] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
     def url(self, path: str) -> str:
-        return f"http://{self.host}:{self.port}{path}"
+        return f"{self.scheme}://{self.host}:{self.port}{path}"
+
+
+def self_signed(name: str, directory: Path) -> tuple[Path, Path]:
+    """A certificate for `name` (signed by its own key) and its key, as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
 
 
 @asynccontextmanager
-async def image_server(host: str = "127.0.0.1") -> AsyncIterator[ImageServer]:
-    server = ImageServer(host)
+async def image_server(
+    host: str = "127.0.0.1", tls: ssl.SSLContext | None = None
+) -> AsyncIterator[ImageServer]:
+    """The server on `host` (a free port), over TLS with `tls` (a server context) if given."""
+    server = ImageServer(host, scheme="https" if tls is not None else "http")
 
     def counted(handler: Callable[[web.Request], object]) -> Callable[[web.Request], object]:
         async def wrapped(request: web.Request) -> web.StreamResponse:
@@ -134,7 +173,7 @@ async def image_server(host: str = "127.0.0.1") -> AsyncIterator[ImageServer]:
         app.router.add_get(path, counted(handler))  # type: ignore[arg-type]
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
-    site = web.TCPSite(runner, host, 0)
+    site = web.TCPSite(runner, host, 0, ssl_context=tls)
     await site.start()
     server.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     try:
