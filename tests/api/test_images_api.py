@@ -615,3 +615,14 @@ async def test_the_sdks_send_images_on_each_api(vlm: Any) -> None:
     assert [len(r.images) for r in engine.requests] == [1, 1, 1, 1]
     await claude.close()
     await sdk.close()
+
+
+async def test_a_chat_template_that_ignores_images_is_a_400_not_a_silent_drop(
+    make_client: MakeClient,
+) -> None:
+    # The tiny model's own template renders text parts only.
+    client, engine = await make_client(images=True)
+    r = await client.post("/v1/chat/completions", json=chat("look", image_part(data_uri(png()))))
+    error = assert_error(r, 400, param="messages[0].content[1].image_url.url", code="images_not_rendered")
+    assert "chat template" in error["message"]
+    assert engine.requests == []
