@@ -25,7 +25,8 @@ import openai
 import pytest
 
 from tests.support.gateway_process import free_port
-from tests.support.images import data_uri, image_bytes
+from tests.support.images import data_uri_of as data_uri
+from tests.support.images import image_bytes
 
 pytestmark = pytest.mark.integration
 
