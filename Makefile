@@ -73,9 +73,10 @@ bench-host: install
 bench-long: install
 	$(PY) -m loadtest.bench_long $(BENCH_ARGS)
 
-# ~3 min: text streams on the synthetic engine through one gateway worker, alone and while ~1-megapixel
-# JPEG requests (data: URIs) arrive for the tiny vision-language model, phases alternated; reports the
-# streams' inter-token p99 ratio (target <= 1.2x) (loadtest/bench_images.py).
+# ~3 min (Triton loading the VLM takes minutes more on a busy machine): text streams on the native
+# engine through one gateway worker, alone and while ~1-megapixel JPEG requests (data: URIs) arrive
+# for the tiny vision-language model, phases alternated; reports the streams' inter-token p99 ratio
+# (target <= 1.2x) (loadtest/bench_images.py). --vlm-engine llmapi: the VLM on the llmapi stand-in.
 # BENCH_ARGS="--quick" (1 round of 3 s phases), "--image-rate 4", "--images-per-request 2", ...
 bench-images: install
 	$(PY) -m loadtest.bench_images $(BENCH_ARGS)

@@ -5,10 +5,11 @@ check (pixel caps) before anything reaches Triton; done on the event loop, that 
 every other stream the worker serves. This measures it the way a user sees it: one gateway worker
 serving two models from one Triton,
 
-  text   the synthetic engine (a fixed decoding step, no model compute), on the engine route: the
-         text streams, whose token gaps show any stall of the gateway;
+  text   the native engine (synthetic tokens at a fixed step from a Triton backend in C), on the
+         engine route: the text streams, whose token gaps show any stall of the gateway;
   vlm    the tiny vision-language model (Gemma 3's tokenizer and template, a one-layer vision
-         tower) in TensorRT-LLM's multimodal repository layout on the CPU engine, taking
+         tower) in TensorRT-LLM's multimodal repository layout on the CPU engine (`--vlm-engine
+         llmapi`: the stand-in of the llmapi model with `image_url`), taking
          ~1-megapixel JPEGs as `data:` URIs in OpenAI `image_url` parts,
 
 and alternates two phases, each `--phase-s` long, `--rounds` times:
@@ -80,6 +81,10 @@ class ImagesConfig:
     distinct_images: int = 8  # JPEGs cycled through (each request a different one from the last)
     jpeg_quality: int = 90
     vlm: str = "gemma3"
+    # cpp: the CPU stand-in of the C++ multimodal repository (the gateway renders the template and
+    # counts the image tokens); llmapi: the stand-in of the llmapi model with image_url.
+    vlm_engine: str = "cpp"
+    ready_timeout_s: float = 900.0
     workers: int = 1
     out_dir: str | None = None
 
@@ -138,25 +143,36 @@ def start_stack(cfg: ImagesConfig, workdir: Path) -> Iterator[Stack]:
     from deploy import devstack
     from deploy.tiny_vlm import build_vlm_model
 
+    # The text model on the native engine (a token clock in C): no Python models to load, and a
+    # Triton cost per token far below the gateway's, so the streams' gaps show the gateway.
     text = devstack.prepare_dev_repository(
         workdir / "text_repo",
-        engine_mode="synthetic",
-        variables={"synthetic_step_ms": cfg.step_ms, "max_active_requests": 1024, "name_prefix": "text_"},
+        engine_mode="native",
+        variables={"synthetic_step_ms": cfg.step_ms, "name_prefix": "text_"},
     )
     vlm_dir = build_vlm_model(cfg.vlm)
-    vlm = devstack.prepare_dev_repository(workdir / "vlm_repo", model_dir=vlm_dir, engine_mode="model")
-    with devstack.TritonServer(
+    if cfg.vlm_engine == "llmapi":
+        vlm = devstack.prepare_llmapi_repository(workdir / "vlm_repo", model_dir=vlm_dir)
+    else:
+        vlm = devstack.prepare_dev_repository(workdir / "vlm_repo", model_dir=vlm_dir, engine_mode="model")
+    server = devstack.TritonServer(
         [text.path, vlm.path], work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
-    ) as server:
+    )
+    server.start()
+    try:
+        # Four Python models load one after another: minutes on a busy small machine.
+        server.wait_ready(cfg.ready_timeout_s)
         yield Stack(
             server.grpc_url,
             server.http_url,
             text.ensemble,
-            text.ensemble.replace("ensemble", "tensorrt_llm"),
+            text.ensemble,
             text.model_dir,
             vlm.ensemble,
             vlm_dir,
         )
+    finally:
+        server.stop()
 
 
 @dataclass(slots=True)
@@ -180,7 +196,7 @@ async def start_gateway(cfg: ImagesConfig, stack: Stack, workdir: Path) -> Async
         text_spec,
         http_url=stack.http_url,
         workers=cfg.workers,
-        extra=["--models", vlm_spec],
+        extra=["--model", vlm_spec],
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log_path = workdir / "gateway.log"
@@ -393,9 +409,10 @@ def markdown(cfg: ImagesConfig, row: dict[str, Any], started: str) -> str:
         "",
         f"Run {started} on {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}; one gateway "
         f"worker; {cfg.rounds} rounds of {cfg.phase_s:g} s phases; {cfg.text_streams} text streams of "
-        f"{cfg.text_max_tokens} tokens on the synthetic engine ({cfg.step_ms:g} ms step); image requests at "
+        f"{cfg.text_max_tokens} tokens on the native engine ({cfg.step_ms:g} ms step); image requests at "
         f"{cfg.image_rate:g}/s, {cfg.images_per_request} x {cfg.image_width}x{cfg.image_height} JPEG "
-        f"(mean {row['mean_image_bytes'] / 1000:.0f} kB) as data: URIs, to the tiny {cfg.vlm} VLM.",
+        f"(mean {row['mean_image_bytes'] / 1000:.0f} kB) as data: URIs, to the tiny {cfg.vlm} VLM on "
+        f"{'the llmapi model' if cfg.vlm_engine == 'llmapi' else 'the C++ multimodal repository'}.",
         "",
         f"- {verdict(row)}",
         "",
@@ -464,6 +481,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", help="WIDTHxHEIGHT of the JPEGs (default 1155x866, one megapixel)")
     p.add_argument("--step-ms", type=float, help="the synthetic engine's decoding step")
     p.add_argument("--workers", type=int, help="gateway workers (default 1)")
+    p.add_argument(
+        "--vlm-engine",
+        choices=("cpp", "llmapi"),
+        help="the VLM's contract (default cpp: the multimodal ensemble)",
+    )
     p.add_argument("--out", help="results directory (default results/images-<timestamp>)")
     return p
 
@@ -479,6 +501,7 @@ def config_from_args(args: argparse.Namespace) -> ImagesConfig:
         "images_per_request",
         "step_ms",
         "workers",
+        "vlm_engine",
     ):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)

@@ -123,3 +123,14 @@ def test_make_bench_long_quick(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "results" / "bench_long.json").read_text())
     (row,) = data["rows"]
     assert row["mixed_long_requests"] > 0 and row["saturate"], out
+
+
+def test_make_bench_images_quick(tmp_path: Path) -> None:
+    # The default workload (1-megapixel JPEGs as data: URIs to the tiny vision-language model, text
+    # streams on the native engine), one short round; bench_images exits non-zero on any failed request.
+    out = run_bench("loadtest.bench_images", ["--quick", "--out", "results"], tmp_path)
+    row = json.loads((tmp_path / "results" / "bench_images.json").read_text())
+    assert row["config"]["image_width"] * row["config"]["image_height"] >= 1_000_000, row["config"]
+    assert row["image_requests"] > 0 and row["image_error_count"] == 0, out
+    assert row["text_itl_ms"]["alone"]["count"] > 0 and row["text_itl_ms"]["images"]["count"] > 0, out
+    assert "inter-token p99 with ~1 MP JPEG requests / alone" in out

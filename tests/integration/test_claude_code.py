@@ -3,7 +3,8 @@ as `make run` and `make run-llmapi` start it (`gateway dev`, on the C++ reposito
 stand-in of TensorRT-LLM's llmapi model: the agent tiny model, 64k context: Claude Code's prompt is
 about 16 thousand tokens, on the real CPU Triton). Run by `make claude-code`, which installs the
 pinned Claude Code and sets CLAUDE_CODE_BIN; `make test` leaves it out (it needs npm and the npm
-registry)."""
+registry). A second stack serves the tiny vision-language model (`gateway dev --model-dir`) on
+both engines: Claude Code reads a PNG file in the turn and sends it as an `image` block."""
 
 from __future__ import annotations
 
@@ -35,12 +36,15 @@ def gateway(request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
         process.stop()
 
 
-def claude(gateway: GatewayProcess, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def claude(
+    gateway: GatewayProcess, home: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     binary = os.environ.get("CLAUDE_CODE_BIN")
     if not binary:
         pytest.fail("CLAUDE_CODE_BIN is not set: run `make claude-code`, which installs Claude Code")
     (home / "work").mkdir(parents=True, exist_ok=True)
     env = {
+        **(env or {}),
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": gateway.base_url,
@@ -67,4 +71,69 @@ def test_claude_code_completes_a_print_mode_turn(gateway: GatewayProcess, tmp_pa
     # The turn went through the Messages API, streamed, and nothing on it failed.
     access = [line for line in gateway.log_text().splitlines() if "gateway.access" in line]
     assert any("POST /v1/messages 200" in line for line in access), access
+    assert not any("/v1/messages" in line and " 200 " not in line for line in access), access
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def vlm_gateway(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[GatewayProcess, str]]:
+    from transformers import AutoTokenizer
+
+    from deploy.tiny_vlm import build_vlm_model
+
+    model_dir = build_vlm_model("gemma3")
+    # Claude Code sends two user turns in a row (its reminder, then the prompt with the picture),
+    # which Gemma 3's template refuses ("Conversation roles must alternate"); Anthropic's API merges
+    # such turns, the gateway does not yet. The template here is Gemma 3's own without that check.
+    template = AutoTokenizer.from_pretrained(model_dir).chat_template
+    check = '{{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}'
+    assert check in template
+    template_file = tmp_path_factory.mktemp("template") / "gemma3-any-order.jinja"
+    template_file.write_text(template.replace(check, ""))
+    args = ["--engine", request.param, "--model-dir", str(model_dir), "--chat-template", str(template_file)]
+    process = GatewayProcess([*args, "--api-keys", KEY, "--access-log"], command="dev").start(timeout=900)
+    try:
+        yield process, request.param
+    finally:
+        process.stop()
+
+
+def test_claude_code_reads_a_png_file_in_a_turn(
+    vlm_gateway: tuple[GatewayProcess, str], tmp_path: Path
+) -> None:
+    from tests.support.images import image_bytes
+
+    gateway, engine = vlm_gateway
+    work = tmp_path / "work"
+    work.mkdir(parents=True)
+    (work / "chart.png").write_bytes(image_bytes("png", (64, 48), seed=3))
+    # `@chart.png`: Claude Code opens the file with its Read tool before the turn ("Called the Read
+    # tool with ...") and puts the picture in the user turn as an `image` block (base64,
+    # image/png); the random model answers it. Gemma 3's chat template renders no tools (the
+    # gateway refuses tools it would drop), and the tiny VLM's context is 8k: the turn offers the
+    # model no tools (`--tools ""`: Claude Code still reads the file), a short system prompt, and a
+    # short answer (Claude Code's own 32k output limit would not fit beside the prompt).
+    run = claude(
+        gateway, tmp_path, "-p", "What is in @chart.png?", "--model", "tiny", "--output-format", "json",
+        "--tools", "", "--system-prompt", "You describe pictures.",
+        env={"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "64"},
+    )  # fmt: skip
+    access = [line for line in gateway.log_text().splitlines() if "gateway.access" in line]
+    if engine == "llmapi":
+        # The llmapi model renders its template itself around one user question and its images;
+        # Claude Code's turn (a system prompt, a reminder turn, then the picture) is not one, so the
+        # gateway refuses it with a 400 instead of dropping part of it.
+        result = json.loads(run.stdout)
+        assert run.returncode != 0 and result["is_error"] is True, result
+        assert "API Error: 400" in result["result"], result
+        assert all(" 400 " in line for line in access if "/v1/messages" in line), access
+        return
+    assert run.returncode == 0, run.stdout + run.stderr + gateway.log_text()
+    result = json.loads(run.stdout)
+    assert result["type"] == "result" and result["subtype"] == "success" and result["is_error"] is False, (
+        result
+    )
+    assert result["stop_reason"] in ("end_turn", "max_tokens"), result
+    assert any("POST /v1/messages" in line and " 200 " in line for line in access), access
     assert not any("/v1/messages" in line and " 200 " not in line for line in access), access
