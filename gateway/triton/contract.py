@@ -240,6 +240,14 @@ class Contract:
 
     @property
     def usage_source(self) -> str:
+        if self.images and not self.reports_token_counts:
+            # The multimodal ensemble reports no prompt tokens: the gateway counts the template's
+            # text with each image's placeholder expanded as the model's processor expands it.
+            return "prompt: tokenizer, images expanded as by the processor; completion: " + self._completions
+        return self._completions
+
+    @property
+    def _completions(self) -> str:
         if self.exposes_token_ids:
             return "token ids"
         if self.reports_token_counts:
@@ -364,6 +372,7 @@ class Contract:
             lora=self.lora,
             lora_target_modules=self.settings.lora_target_modules,
             images=self.images,
+            images_per_request=self.images_per_request,
         )
 
     def with_decoupled(self, decoupled: bool) -> Contract:
