@@ -217,6 +217,13 @@ class EngineInfo:
     # Whether the model takes images (GenerationRequest.images); without it every API answers an
     # image with a 400 before fetching anything.
     images: bool = False
+    # How many images one request may carry (None: any number; the C++ multimodal repository up
+    # to TensorRT-LLM v0.19 takes one).
+    images_per_request: int | None = None
+    # Whether the engine renders the chat template itself around one question and its images
+    # (the llmapi model's `image_url`): an image request must then be one
+    # (`GenerationRequest.question`).
+    images_as_question: bool = False
 
 
 class Engine(Protocol):

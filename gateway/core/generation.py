@@ -25,7 +25,7 @@ from gateway.core.choices import (
 from gateway.core.models import ModelRegistry, ModelRuntime
 from gateway.core.prompt import Prompt
 from gateway.core.validation import RequestLimits, counted_prompt, engine_prompt
-from gateway.engine import GenerationRequest, SamplingParams
+from gateway.engine import EngineInfo, GenerationRequest, SamplingParams
 from gateway.errors import (
     ClientDeadlineExceededError,
     DeadlineExceededError,
@@ -322,6 +322,8 @@ def build_generation(
     _check_sampling(engine.sampling, params)
     if prompt.images and not engine.images:
         raise UnsupportedParameterError("this model does not take images", param="messages")
+    if prompt.images:
+        check_image_request(engine, prompt)
     prompt_text, _ = engine_prompt(runtime, prompt)
     info = runtime.tokenizer.info
     request = GenerationRequest(
@@ -445,3 +447,24 @@ def _count(metrics: GatewayMetrics | None, *, cancelled: str | None = None, erro
         metrics.cancellations.labels(cancelled).inc()
     if error is not None:
         metrics.triton_errors.labels(error).inc()
+
+
+def check_image_request(engine: EngineInfo, prompt: Prompt) -> None:
+    """Refuse, before anything is sent, images the engine's contract cannot carry as the client
+    sent them (never a dropped image or turn)."""
+    limit = engine.images_per_request
+    if limit is not None and len(prompt.images) > limit:
+        raise InvalidRequestError(
+            f"this model takes {limit} image{'s' if limit > 1 else ''} per request; the request has "
+            f"{len(prompt.images)}",
+            param="messages",
+        )
+    if engine.images_as_question and prompt.question is None:
+        raise InvalidRequestError(IMAGES_AS_QUESTION, param="messages")
+
+
+IMAGES_AS_QUESTION = (
+    "this model renders its chat template itself around one question and its images, so an image "
+    "request must be a single user message whose images come before its text (no system prompt, "
+    "earlier turns, tools or text before an image)"
+)

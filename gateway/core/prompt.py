@@ -66,13 +66,24 @@ def template_content(
 
 
 def check_images(runtime: ModelRuntime, images: Sequence[ImageRef], kind: str) -> None:
-    """The 400 a model that takes no images gives (before anything is fetched): it names the
-    first image's field and the API's name for the part (`kind`)."""
-    if images and not runtime.engine.info.images:
+    """The 400 a model that takes no images gives (before anything is fetched), naming the first
+    image's field and the API's name for the part (`kind`); also where the model's chat template
+    would leave the images out of the prompt."""
+    if not images:
+        return
+    if not runtime.engine.info.images:
         raise InvalidRequestError(
             f"content parts of type `{kind}` are not supported by this model (it takes text only)",
             param=images[0].param,
             code="images_not_supported",
+        )
+    if not runtime.tokenizer.renders_images:
+        # The model would never see the images: refused rather than silently dropped.
+        raise InvalidRequestError(
+            "this model's chat template writes nothing for image parts, so the model would never see "
+            "the images: serve it with a chat template that does (chat_template=FILE)",
+            param=images[0].param,
+            code="images_not_rendered",
         )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -58,7 +59,13 @@ class MediaOptions:
 class MediaConnector:
     """Loads a request's images; one per service, holding nothing between requests."""
 
-    def __init__(self, options: MediaOptions, *, resolve: fetching.Resolve | None = None) -> None:
+    def __init__(
+        self,
+        options: MediaOptions,
+        *,
+        resolve: fetching.Resolve | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.options = options
         # None: the system resolver, looked up on each fetch (tests put a local one in its place).
         self._resolve = resolve
@@ -69,6 +76,7 @@ class MediaConnector:
             read_timeout_s=options.read_timeout_s,
             max_redirects=options.max_redirects,
             max_bytes=options.max_image_bytes,
+            ssl_context=ssl_context,
         )
         # Decoding a large image holds its pixels in memory: a few at a time per process.
         self._decoding = asyncio.Semaphore(max(1, min(4, os.cpu_count() or 1)))

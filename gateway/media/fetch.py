@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -48,6 +49,8 @@ class FetchOptions:
     read_timeout_s: float
     max_redirects: int
     max_bytes: int
+    # The certificates https URLs are verified against (None: the system's).
+    ssl_context: ssl.SSLContext | None = None
 
 
 class _PinnedResolver(AbstractResolver):
@@ -130,7 +133,13 @@ async def fetch(url_text: str, options: FetchOptions, resolve: Resolve) -> tuple
     except (ValueError, TypeError):
         raise ImageError("the image URL is malformed", "invalid_image_url") from None
     pins = _PinnedResolver()
-    connector = aiohttp.TCPConnector(resolver=pins, use_dns_cache=False, force_close=True, limit=1)
+    connector = aiohttp.TCPConnector(
+        resolver=pins,
+        use_dns_cache=False,
+        force_close=True,
+        limit=1,
+        ssl=options.ssl_context if options.ssl_context is not None else True,
+    )
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=options.connect_timeout_s, sock_read=options.read_timeout_s
     )

@@ -166,6 +166,21 @@ class Tokenizer:
             return False
         return "tools" in template_variables(template)
 
+    @functools.cached_property
+    def renders_images(self) -> bool:
+        """Whether the chat template writes something for an image part (`{"type": "image"}`,
+        the Hugging Face convention): a template that ignores them would drop a request's images
+        without a word. Probed once by rendering a turn with and without one."""
+        if not self.has_chat_template:
+            return False
+        text = {"type": "text", "text": "Describe this."}
+        try:
+            with_image = self.apply_chat_template([{"role": "user", "content": [text, {"type": "image"}]}])
+            without = self.apply_chat_template([{"role": "user", "content": [text]}])
+        except Exception:  # a template that needs more than one user turn: it cannot be probed
+            return True
+        return with_image != without
+
     @property
     def chat_template(self) -> str | None:
         """The chat template in use: the configured file's, else the tokenizer's (its default one

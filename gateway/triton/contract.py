@@ -395,6 +395,7 @@ class Contract:
             lora=self.lora,
             lora_target_modules=self.settings.lora_target_modules,
             images=self.images,
+            images_per_request=self.images_per_request,
         )
 
     def with_decoupled(self, decoupled: bool) -> Contract:

@@ -180,6 +180,7 @@ class LlmapiContract:
             lora=self.lora,
             lora_by_server_path=self.lora,
             images=self.images and vision,
+            images_as_question=self.images and vision,
         )
 
 

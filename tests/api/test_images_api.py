@@ -501,3 +501,128 @@ async def test_tokenize_refuses_hostile_images(vlm: Any, local: ImageServer) -> 
 
 def test_runtime_default_counts_placeholders_only() -> None:
     assert ModelRuntime.__dataclass_fields__["expand_images"].default is None
+
+
+# ---------------------------------------------------------------- the official clients
+
+
+async def test_the_sdks_send_images_on_each_api(vlm: Any) -> None:
+    import anthropic
+    import openai
+
+    client, engine = await vlm()
+    http = httpx.AsyncClient(transport=client._transport)
+    sdk = openai.AsyncOpenAI(
+        base_url="http://gateway.test/v1", api_key="unused", http_client=http, max_retries=0
+    )
+    out = await sdk.chat.completions.create(
+        model="tiny",
+        max_tokens=5,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": "image_url", "image_url": {"url": data_uri(png()), "detail": "auto"}},
+                ],
+            }
+        ],
+    )
+    assert out.choices[0].message.content
+    stream = await sdk.chat.completions.create(
+        model="tiny",
+        max_tokens=5,
+        stream=True,
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "image_url", "image_url": {"url": data_uri(jpeg(), "image/jpeg")}}],
+            }
+        ],
+    )
+    assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    response = await sdk.responses.create(
+        model="tiny",
+        max_output_tokens=16,
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "Describe"},
+                    {"type": "input_image", "image_url": data_uri(png()), "detail": "auto"},
+                ],
+            }
+        ],
+    )
+    assert response.output_text
+    with pytest.raises(openai.BadRequestError) as info:
+        await sdk.chat.completions.create(
+            model="tiny",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}],
+                }
+            ],
+        )
+    assert info.value.body["param"] == "messages[0].content[0].image_url.url"  # type: ignore[index]
+    import httpx2  # the anthropic SDK's HTTP client
+
+    app = client._transport.app  # type: ignore[attr-defined]
+    claude = anthropic.AsyncAnthropic(
+        base_url="http://gateway.test",
+        api_key="unused",
+        http_client=httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app)),
+        max_retries=0,
+    )
+    message = await claude.messages.create(
+        model="tiny",
+        max_tokens=5,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": "image/png",
+                            "data": base64.b64encode(png()).decode(),
+                        },
+                    },
+                    {"type": "text", "text": "What is this?"},
+                ],
+            }
+        ],
+    )
+    assert message.content
+    with pytest.raises(anthropic.BadRequestError, match="not an allowed image type"):
+        await claude.messages.create(
+            model="tiny",
+            max_tokens=5,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "text/plain", "data": "aGVsbG8="},  # type: ignore[typeddict-item]
+                        }
+                    ],
+                }
+            ],
+        )
+    assert [len(r.images) for r in engine.requests] == [1, 1, 1, 1]
+    await claude.close()
+    await sdk.close()
+
+
+async def test_a_chat_template_that_ignores_images_is_a_400_not_a_silent_drop(
+    make_client: MakeClient,
+) -> None:
+    # The tiny model's own template renders text parts only.
+    client, engine = await make_client(images=True)
+    r = await client.post("/v1/chat/completions", json=chat("look", image_part(data_uri(png()))))
+    error = assert_error(r, 400, param="messages[0].content[1].image_url.url", code="images_not_rendered")
+    assert "chat template" in error["message"]
+    assert engine.requests == []

@@ -43,3 +43,20 @@ def _text(text: str) -> dict[str, str]:
 )
 def test_image_question(messages: list[dict[str, Any]] | None, question: str | None) -> None:
     assert image_question(messages) == question
+
+
+def test_images_an_engine_cannot_carry_are_refused_before_anything_is_sent() -> None:
+    from gateway.core.generation import check_image_request
+    from gateway.core.prompt import Prompt
+    from gateway.engine import EngineInfo, ImageInput
+    from gateway.errors import InvalidRequestError
+
+    image = ImageInput(b"x", "image/png", 1, 1, "data")
+    one_image = EngineInfo("m", False, False, False, "current", images=True, images_per_request=1)
+    check_image_request(one_image, Prompt("t", False, (image,)))
+    with pytest.raises(InvalidRequestError, match="takes 1 image per request; the request has 2"):
+        check_image_request(one_image, Prompt("t", False, (image, image)))
+    question = EngineInfo("m", False, False, False, "llmapi", images=True, images_as_question=True)
+    check_image_request(question, Prompt("t", False, (image,), question="What?"))
+    with pytest.raises(InvalidRequestError, match="one question"):
+        check_image_request(question, Prompt("t", False, (image,), question=None))

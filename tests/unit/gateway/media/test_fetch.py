@@ -4,15 +4,17 @@ be contacted; host names resolve through a resolver the test injects."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from ipaddress import IPv4Address, IPv6Address
+from pathlib import Path
 
 import pytest
 
 from gateway.engine import ImageInput
 from gateway.errors import InvalidRequestError
 from gateway.media import ImageRef, MediaConnector, MediaOptions, addresses, fetch
-from tests.support.images import ImageServer, data_uri, image_server, png
+from tests.support.images import ImageServer, data_uri, image_server, png, self_signed
 
 PUBLIC = "127.0.0.1"  # the one address the tests' policy treats as public
 
@@ -251,3 +253,27 @@ async def test_images_keep_their_order(public_loopback: None, public: ImageServe
     images = await connector().load_images(refs)
     assert [i.mime_type for i in images] == ["image/jpeg", "image/png", "image/png"]
     assert [i.source for i in images] == [public.url("/image.jpg"), "data", public.url("/image.png")]
+
+
+async def test_https_connects_to_the_checked_address_and_verifies_the_host_name(
+    public_loopback: None, tmp_path: Path
+) -> None:
+    cert, key = self_signed("images.example.com", tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    trust = ssl.create_default_context(cafile=str(cert))
+    resolver = Resolver({"images.example.com": [[PUBLIC]], "other.example.com": [[PUBLIC]]})
+    async with image_server(PUBLIC, tls=server_tls) as server:
+        media = MediaConnector(MediaOptions(), resolve=resolver, ssl_context=trust)
+        image = await load(media, f"https://images.example.com:{server.port}/image.png")
+        assert image.data == png()
+        # The same server under a name its certificate does not carry: the name is what TLS checks.
+        message = await refused(
+            media, f"https://other.example.com:{server.port}/image.png", "image_fetch_failed"
+        )
+        assert "certificate" in message.lower()
+        # And the system's trust store does not know the test's certificate at all.
+        await refused(
+            connector(resolver), f"https://images.example.com:{server.port}/image.png", "image_fetch_failed"
+        )
+    assert server.requests == ["/image.png"]
