@@ -129,10 +129,13 @@ def resolve(
     already has in a version every requirer accepts:
 
     - a version known (HOST_IMAGE) that satisfies every specifier on it in the walk;
-    - a version not read, when every specifier on it is only a lower bound (the image is recent):
-      a pin (pyproject.toml pins the versions the tests ran with) or an upper bound needs a version;
-    - never numpy 2 (the Python backend stub crashes under it: the pin carries numpy 1.26) nor a
-      package built on numpy when ours is carried: the host's are built and checked against its own.
+    - a version not read, when every specifier on it is a lower bound or the next major version's
+      bound (the image is recent and keeps its packages' major versions); any other upper bound
+      (tritonclient's ml-dtypes<=0.5.4, whose newer releases want numpy 2) needs a version;
+    - pyproject.toml's own pins (the versions the tests ran with) count as their major version
+      (their minor one below 1.0): the host's transformers 5.17 serves where 5.23 is pinned, its
+      numpy 2.5 does not where 1.26 is;
+    - never numpy 2: the Python backend stub crashes under it.
 
     What the host does not provide is carried at the version installed here, and its requirements
     are walked in turn; a package needed only by one the host provides is the host's business."""
@@ -160,7 +163,7 @@ def resolve(
     extras_of: dict[str, set[str]] = {}
     versions: dict[str, str] = {}
     roots: list[str] = []
-    pending: list[tuple[str, Any]] = [("", Requirement(r)) for r in requirements]
+    pending: list[tuple[str, Any]] = [("", _compatible(Requirement(r))) for r in requirements]
     while pending:
         parent, req = pending.pop()
         if not applies(req, frozenset(extras_of.get(parent, set()))):
@@ -184,12 +187,6 @@ def resolve(
         versions[name] = dist.version
         pending += [(name, Requirement(r)) for r in dist.requires or []]
 
-    def needs(name: str, target: str, seen: set[str]) -> bool:
-        if name == target:
-            return True
-        seen.add(name)
-        return any(needs(d, target, seen) for d in edges.get(name, ()) if d not in seen)
-
     host_canonical = {_canonical(k): v for k, v in host.items()}
 
     def host_has(name: str) -> str | None:
@@ -203,20 +200,16 @@ def resolve(
                 if spec.contains(version, prereleases=True)
                 else None
             )
-        if all(s.operator in (">=", ">", "!=") for s in spec):
+        if all(s.operator in (">=", ">", "!=") or _next_series(s) for s in spec):
             return f"on the host (version not read; {spec or 'any version'} asked)"
         return None
 
-    numpy_reason = host_has("numpy") if "numpy" in specifiers else None
-    host_numpy = host_canonical.get("numpy")
-    if numpy_reason is not None and (host_numpy is None or int(host_numpy.split(".")[0]) >= 2):
-        numpy_reason = None
-    numpy_ours = "numpy" in specifiers and numpy_reason is None
     reasons: dict[str, str] = {}
     for name in specifiers:
-        if numpy_ours and needs(name, "numpy", set()):
-            continue
         reason = host_has(name)
+        host_version = host_canonical.get(name)
+        if name == "numpy" and (host_version is None or int(host_version.split(".")[0]) >= 2):
+            reason = None
         if reason is not None:
             reasons[name] = reason
     carried: dict[str, str] = {}
@@ -231,6 +224,34 @@ def resolve(
         carried=tuple(sorted(carried.items())),
         from_host=tuple(sorted((n, r) for n, r in reasons.items() if _reachable(n, roots, edges, reasons))),
     )
+
+
+def _compatible(req: Any) -> Any:
+    """A pyproject.toml pin as the range it stands for on the host: its major version (its minor one
+    below 1.0); other requirements as they are."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pins = [s for s in req.specifier if s.operator == "=="]
+    if not pins or "*" in pins[0].version:
+        return req
+    version = Version(pins[0].version)
+    major, minor = (*version.release, 0)[:2]
+    upper = f"{major + 1}" if major >= 1 else f"0.{minor + 1}"
+    lower = f"{major}.0" if major >= 1 else f"0.{minor}"
+    marker = f"; {req.marker}" if req.marker else ""
+    extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+    return Requirement(f"{req.name}{extras}>={lower},<{upper}{marker}")
+
+
+def _next_series(spec: Any) -> bool:
+    """Whether a specifier is an exclusive upper bound at a major version (a minor one below 1.0)."""
+    from packaging.version import Version
+
+    if spec.operator != "<":
+        return False
+    release = Version(spec.version).release
+    return all(part == 0 for part in release[1:]) or (release[0] == 0 and all(p == 0 for p in release[2:]))
 
 
 def _reachable(

@@ -612,12 +612,25 @@ async def run_phase(
         for rec in await asyncio.gather(*tasks):
             records.append(rec)
 
+    # Closed loop: the window is measured once every user's first request (a whole new prompt,
+    # which warms its conversation up and is not counted) is done, for `duration_s` from there, so
+    # that a burst of dozens of whole prompts does not count against the rate.
+    closed_users = long_plan[:closed_loop_long] if long_plan and closed_loop_long else []
+    warm = {"left": len(closed_users)}
+    warmed = asyncio.Event()
+    window: dict[str, Any] = {}
+
     async def closed_user(plan: list[LongRequest]) -> None:
-        # The conversation's first request (a whole new prompt) warms it up and is not counted.
-        first = await one("warm", plan[0], 1)
-        records.append(first)
+        records.append(await one("warm", plan[0], 1))
+        warm["left"] -= 1
+        if not warm["left"]:
+            window["t0"] = time.perf_counter()
+            window["stop"] = window["t0"] + duration_s
+            window["cpu0"] = procstat.cpu_times(gw.pid) if gw is not None else None
+            warmed.set()
+        await warmed.wait()
         for req in plan[1:]:
-            if time.perf_counter() >= stop_at:
+            if time.perf_counter() >= window["stop"]:
                 break
             records.append(await one("long", req, 1))
 
@@ -629,12 +642,15 @@ async def run_phase(
         jobs += [short_loop() for _ in range(cfg.short_streams)]
     if long_plan:
         if closed_loop_long:
-            jobs += [closed_user(p) for p in long_plan[:closed_loop_long]]
+            jobs += [closed_user(p) for p in closed_users]
         else:
             users = len(long_plan)
             interval = users / long_rate
             jobs += [open_user(p, i * interval / users, interval) for i, p in enumerate(long_plan)]
     await asyncio.gather(*jobs)
+    if closed_users:
+        # The window after the warm-up: its requests/s and the gateway's CPU per request.
+        t0, cpu0 = window["t0"], window["cpu0"]
     elapsed = time.perf_counter() - t0
     result = PhaseResult(name, target, elapsed, records)
     if gw is not None and cpu0 is not None:
@@ -724,8 +740,8 @@ def summarize(
             # Per worker: the workers share the closed-loop users.
             entry["rps"] = rate / workers
             entry["requests"] = len(counted)
-            requests = len(phase.records)
-            entry["cpu_ms_per_request"] = phase.gateway_cpu_s * 1e3 / requests if requests else math.nan
+            # The window's CPU (after the warm-up) over the requests it counted.
+            entry["cpu_ms_per_request"] = phase.gateway_cpu_s * 1e3 / len(counted) if counted else math.nan
             lag, _ = lag_quantile({}, phase.loop_lag, 0.99)
             entry["loop_lag_p99_ms_at_most"] = lag * 1e3
             entry["ttft_p50_ms"] = ttft_p50

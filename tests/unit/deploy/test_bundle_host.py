@@ -41,22 +41,36 @@ def test_ldd_resolves_the_bundled_libraries_tritonserver_needs_and_no_others() -
 
 
 def test_the_host_provides_what_it_has_in_a_version_every_requirer_accepts() -> None:
-    host = {"safetensors": "0.8.0", "numpy": "2.5.2", "jinja2": None, "markupsafe": None, "ml-dtypes": None}
-    resolved = resolve(["safetensors==0.8.0", "jinja2==3.1.6", "tritonclient[grpc]==2.73.0"], "3.12", host)
+    host = {
+        "safetensors": "0.8.0",
+        "numpy": "2.5.2",
+        "transformers": "4.57.0",
+        "jinja2": None,
+        "ml-dtypes": None,
+        "pyyaml": None,
+    }
+    resolved = resolve(
+        ["safetensors==0.8.0", "jinja2==3.1.6", "transformers==5.23.0", "tritonclient[grpc]==2.73.0"],
+        "3.12",
+        host,
+    )
     carried = dict(resolved.carried)
     from_host = dict(resolved.from_host)
-    # A known version that satisfies the pin; a version not read meets only lower bounds (jinja2's
-    # markupsafe>=2.0), never a pin.
-    assert set(from_host) == {"safetensors", "markupsafe"}, resolved
-    assert carried["jinja2"] == importlib.metadata.version("jinja2")
-    # numpy 2 never (tritonclient asks numpy>=1.19.1, which 2.5.2 satisfies): the stub needs numpy < 2,
-    # and what is built on numpy comes with it (ml-dtypes, on the host too).
+    # A known version within the pin's major version; a version not read, asked only for a lower
+    # bound or the pin's major version (jinja2 3.x).
+    assert {"safetensors", "jinja2"} <= set(from_host), resolved
+    # Another major version than the one pinned: carried, at the version installed here.
+    assert carried["transformers"] == importlib.metadata.version("transformers")
+    # numpy 2 never (tritonclient asks numpy>=1.19.1, which 2.5.2 satisfies, and the pin's 1.x
+    # does not): the Python backend stub needs numpy < 2.
     assert carried["numpy"] == importlib.metadata.version("numpy") < "2"
+    # An upper bound below the next major version needs a version: tritonclient's ml-dtypes<=0.5.4.
     assert "ml-dtypes" in carried and "tritonclient" in carried
     # The extra's requirements are followed (tritonclient[grpc] needs grpcio and protobuf).
     assert "grpcio" in carried and "protobuf" in carried
-    # What only a host-provided package needs is the host's business.
-    assert "markupsafe" not in carried
+    # What only a package the host provides needs is the host's business (transformers' pyyaml is
+    # needed by the carried transformers, so it is the host's by its own rule).
+    assert "markupsafe" not in carried and "pyyaml" in from_host
 
 
 def _top_level_modules(distributions: set[str]) -> set[str]:
