@@ -188,9 +188,10 @@ class Tokenizer:
             return self.encoder.encode_now(text, add_special_tokens=add_special_tokens)
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
 
-    async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+    async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> Sequence[int]:
         """The ids of `text`, exactly `encode`'s, without holding the event loop for a long text:
-        its known pieces come from the cache and its new ones are encoded on a thread."""
+        its known pieces come from the cache and its new ones are encoded on a thread. A long
+        text's come as TokenIds (one int32 array, text.ids)."""
         if self.encoder is not None:
             return await self.encoder.encode(text, add_special_tokens=add_special_tokens)
         if len(text) <= INLINE_CHARS:
