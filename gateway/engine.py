@@ -10,7 +10,7 @@ core's back.
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -99,7 +99,9 @@ class GenerationRequest:
     # The text the ensemble tokenizes, and the ids the gateway computed from it (usage, context
     # check, the direct engine route). Both describe the same prompt.
     prompt_text: str
-    prompt_ids: tuple[int, ...]
+    # A tuple, or for a long prompt TokenIds (one int32 array: text.ids) that the Triton request
+    # takes without a Python int per token.
+    prompt_ids: Sequence[int]
     params: SamplingParams
     num_sequences: int = 1
     end_id: int | None = None

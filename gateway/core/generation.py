@@ -40,6 +40,7 @@ from gateway.errors import (
 from gateway.media import MediaConnector, MediaOptions
 from gateway.metrics import GatewayMetrics, RequestTimer
 from gateway.ratelimit import current_quota
+from gateway.text.ids import TokenIds
 from gateway.text.reasoning import ReasoningFormat
 from gateway.text.reply import ReplyParser, reasoning_format_of
 from gateway.text.tokenizer import Tokenizer
@@ -287,6 +288,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+def _frozen_ids(ids: Sequence[int]) -> Sequence[int]:
+    """The request's own copy of the prompt's ids: TokenIds are read-only already (and one array,
+    which the engine route sends as is); anything else becomes a tuple."""
+    return ids if isinstance(ids, TokenIds) else tuple(ids)
+
+
 def build_generation(
     runtime: ModelRuntime,
     *,
@@ -329,7 +336,7 @@ def build_generation(
     request = GenerationRequest(
         request_id=request_id,
         prompt_text=prompt_text,
-        prompt_ids=() if prompt_ids is None else tuple(prompt_ids),
+        prompt_ids=() if prompt_ids is None else _frozen_ids(prompt_ids),
         params=params,
         num_sequences=num_sequences,
         end_id=info.eos_token_id,

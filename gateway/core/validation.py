@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -235,7 +236,7 @@ async def prompt_budget(
     limits: RequestLimits,
     ceiling: int | None = None,
     need_ids: bool = False,
-) -> tuple[list[int] | None, int]:
+) -> tuple[Sequence[int] | None, int]:
     """The prompt's token ids and the request's max_tokens, checked against every limit.
 
     `ceiling` is a limit the client set that caps what is left of the context instead of having
@@ -266,7 +267,7 @@ def prompt_budget_now(
     prompt_param: str,
     limits: RequestLimits,
     ceiling: int | None = None,
-) -> tuple[list[int] | None, int]:
+) -> tuple[Sequence[int] | None, int]:
     """`prompt_budget` on the calling thread, for callers that try many prompts in a row (fitting
     a conversation by dropping items): each is mostly pieces already encoded."""
     how = _Budget(_requested(runtime, requested), param, prompt_param, limits, ceiling)

@@ -22,17 +22,30 @@ import time
 from collections.abc import Callable, Sequence
 
 from gateway.routing.base import E, RouteRequest, RoutingSettings, least_loaded
+from gateway.text.ids import TokenIds
 
 
 def block_hashes(token_ids: Sequence[int], block_size: int, adapter: int | None = None) -> list[int]:
     """Chained 64-bit hashes of the whole blocks of `token_ids` (a partial last block has none),
-    the chain started from the LoRA adapter's task id (0: the base model)."""
+    the chain started from the LoRA adapter's task id (0: the base model). Block i's hash is the
+    BLAKE2b-64 of its parent's hash (8 bytes) and its ids (4 bytes each), all little-endian."""
+    whole = len(token_ids) - len(token_ids) % block_size
+    if not whole:
+        return []
+    # Every id packed once (TokenIds: a copy of their array's bytes), then hashed block by block.
+    if isinstance(token_ids, TokenIds):
+        raw = token_ids.array[:whole].astype("<i4", copy=False).tobytes()
+    else:
+        raw = struct.pack(f"<{whole}i", *token_ids[:whole])
+    view = memoryview(raw)
+    step = 4 * block_size
     hashes: list[int] = []
     parent = adapter or 0
-    whole = len(token_ids) - len(token_ids) % block_size
-    for start in range(0, whole, block_size):
-        block = struct.pack(f"<Q{block_size}i", parent, *token_ids[start : start + block_size])
-        parent = int.from_bytes(hashlib.blake2b(block, digest_size=8).digest(), "little")
+    blake2b = hashlib.blake2b
+    for start in range(0, len(raw), step):
+        digest = blake2b(parent.to_bytes(8, "little"), digest_size=8)
+        digest.update(view[start : start + step])
+        parent = int.from_bytes(digest.digest(), "little")
         hashes.append(parent)
     return hashes
 
@@ -99,7 +112,7 @@ class PrefixAware:
 
     def choose(self, endpoints: Sequence[E], request: RouteRequest) -> E:
         size = request.block_size or self._settings.block_size
-        hashes = block_hashes(request.token_ids, size, request.adapter) if request.token_ids else []
+        hashes = block_hashes(request.token_ids, size, request.adapter) if len(request.token_ids) else []
         marker = adapter_marker(request.adapter) if request.adapter else None
         matches = [self.index(e.url).matched_blocks(hashes) for e in endpoints]
         best = max(matches)

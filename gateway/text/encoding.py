@@ -28,15 +28,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from gateway.text.ids import TokenIds
+
+# A piece's ids: a read-only int32 array.
+Ids = npt.NDArray[np.int32]
+
 logger = logging.getLogger(__name__)
 
 # Below this many characters a text is encoded inline: a few hundred tokens take well under a
 # millisecond, less than handing the work to a thread and back.
 INLINE_CHARS = 2048
-# Default bound on the piece cache, per tokenizer (ids as Python ints cost ~40 bytes each).
+# Default bound on the piece cache, per tokenizer.
 CACHE_BYTES = 256 * 1024 * 1024
-# What one cached id costs: the list slot and the int object (ids past 256 are not shared).
-_BYTES_PER_ID = 40
+# What one cached id costs: its int32 in the piece's array.
+_BYTES_PER_ID = 4
 
 _PROBES = (
     "Hello world! How are you?",
@@ -58,23 +66,24 @@ class Piece:
 class PieceCache:
     """Piece text -> its ids, least recently used first out once the bytes held pass `max_bytes`.
 
-    Ids are kept as tuples: a tuple of ints leaves the garbage collector's lists at its first
-    collection, so a cache of millions of ids adds nothing to the full collections that would
-    otherwise walk it (tens of milliseconds on the event loop's thread)."""
+    Ids are kept as read-only int32 arrays: a prompt is its pieces' arrays joined in one copy
+    (text.ids), and an array of ints is one object the garbage collector never walks, so a cache
+    of millions of ids adds nothing to the full collections (tens of milliseconds on the event
+    loop's thread otherwise)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
         self.hits = 0
         self.misses = 0
-        self._items: OrderedDict[tuple[bool, str], tuple[int, ...]] = OrderedDict()
+        self._items: OrderedDict[tuple[bool, str], Ids] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
-    def cost(key: tuple[bool, str], ids: Sequence[int]) -> int:
-        return 100 + len(key[1]) + _BYTES_PER_ID * len(ids)
+    def cost(key: tuple[bool, str], ids: Sequence[int] | Ids) -> int:
+        return 200 + len(key[1]) + _BYTES_PER_ID * len(ids)
 
-    def get(self, key: tuple[bool, str]) -> tuple[int, ...] | None:
+    def get(self, key: tuple[bool, str]) -> Ids | None:
         with self._lock:
             ids = self._items.get(key)
             if ids is None:
@@ -84,9 +93,9 @@ class PieceCache:
             self.hits += 1
             return ids
 
-    def get_many(self, keys: Sequence[tuple[bool, str]]) -> dict[tuple[bool, str], tuple[int, ...]]:
+    def get_many(self, keys: Sequence[tuple[bool, str]]) -> dict[tuple[bool, str], Ids]:
         """The cached ones of `keys` (one lock for all: a long prompt has thousands of runs)."""
-        found: dict[tuple[bool, str], tuple[int, ...]] = {}
+        found: dict[tuple[bool, str], Ids] = {}
         items = self._items
         with self._lock:
             for key in keys:
@@ -98,11 +107,11 @@ class PieceCache:
             self.misses += len(set(keys)) - len(found)
         return found
 
-    def put_many(self, entries: Iterable[tuple[tuple[bool, str], tuple[int, ...]]]) -> None:
+    def put_many(self, entries: Iterable[tuple[tuple[bool, str], Ids]]) -> None:
         for key, ids in entries:
             self.put(key, ids)
 
-    def put(self, key: tuple[bool, str], ids: tuple[int, ...]) -> None:
+    def put(self, key: tuple[bool, str], ids: Ids) -> None:
         cost = self.cost(key, ids)
         if cost > self.max_bytes:
             return
@@ -166,6 +175,7 @@ class PromptEncoder:
         self._anchor: tuple[str, int] | None = None
         self._split_ids: dict[str, int] = {}
         self._token_text: dict[int, str] = {}
+        self._single_ids: dict[int, Ids] = {}
         self._every_match_cuts = True
         # The ids the post-processor puts around a text with add_special_tokens (None: not a fixed
         # prefix and suffix, so such texts are encoded whole).
@@ -225,7 +235,7 @@ class PromptEncoder:
         for text in texts:
             for special in (False, True):
                 want = list(self._backend.encode(text, add_special_tokens=special).ids)
-                if self._encode_pieces(text, special, use_cache=False) != want:
+                if self._encode_pieces(text, special, use_cache=False).tolist() != want:
                     logger.debug("piecewise encoding differs on %r", text)
                     return False
         return True
@@ -275,24 +285,25 @@ class PromptEncoder:
             out.append(text[pos:])
         return out
 
-    def _encode_texts(self, keys: Sequence[tuple[bool, str]]) -> list[tuple[int, ...]]:
+    def _encode_texts(self, keys: Sequence[tuple[bool, str]]) -> list[Ids]:
         """Encode pieces (key: whether the piece starts the text, its text) in one encode_batch
         call, which releases the GIL."""
         assert self._anchor is not None
         anchor, anchor_id = self._anchor
         texts = [t if first else anchor + t for first, t in keys]
         encodings = self._backend.encode_batch(texts, add_special_tokens=False)
-        out: list[tuple[int, ...]] = []
+        out: list[Ids] = []
         for (first, _), enc in zip(keys, encodings, strict=True):
-            ids = tuple(enc.ids)
+            ids = np.array(enc.ids, dtype=np.int32)
             if not first:
-                if not ids or ids[0] != anchor_id:
+                if not len(ids) or ids[0] != anchor_id:
                     raise AssertionError("the anchor token did not encode as itself")
-                ids = ids[1:]
+                ids = ids[1:].copy()
+            ids.flags.writeable = False
             out.append(ids)
         return out
 
-    def _encode_pieces(self, text: str, add_special_tokens: bool, *, use_cache: bool = True) -> list[int]:
+    def _encode_pieces(self, text: str, add_special_tokens: bool, *, use_cache: bool = True) -> TokenIds:
         parts = self._parts(text)
         # A run of text is keyed by whether it starts the text (encoded bare) and by its text.
         keys = [(i == 0, p) for i, p in enumerate(parts) if not isinstance(p, int)]
@@ -303,19 +314,24 @@ class PromptEncoder:
             found.update(zip(missing, encoded, strict=True))
             if use_cache:
                 self.cache.put_many(zip(missing, encoded, strict=True))
-        out: list[int] = []
+        # The pieces' arrays joined in one copy; added tokens between them as one-id arrays.
+        singles = self._single_ids
+        chunks: list[Ids] = []
         if add_special_tokens:
             assert self._specials is not None
-            out.extend(self._specials[0])
+            chunks.append(np.array(self._specials[0], dtype=np.int32))
         for i, part in enumerate(parts):
             if isinstance(part, int):
-                out.append(part)
+                single = singles.get(part)
+                if single is None:
+                    single = singles[part] = np.array([part], dtype=np.int32)
+                chunks.append(single)
             else:
-                out.extend(found[(i == 0, part)])
+                chunks.append(found[(i == 0, part)])
         if add_special_tokens:
             assert self._specials is not None
-            out.extend(self._specials[1])
-        return out
+            chunks.append(np.array(self._specials[1], dtype=np.int32))
+        return TokenIds(np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int32))
 
     def _whole(self, text: str, add_special_tokens: bool) -> bool:
         return not self.incremental or (add_special_tokens and self._specials is None)
@@ -327,12 +343,13 @@ class PromptEncoder:
         for callers that cannot wait."""
         if len(text) <= self.inline_chars or self._whole(text, add_special_tokens):
             return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
-        return self._encode_pieces(text, add_special_tokens)
+        return self._encode_pieces(text, add_special_tokens).tolist()
 
-    async def encode(self, text: str, *, add_special_tokens: bool) -> list[int]:
-        """The ids of `text`, exactly the tokenizer's. A long text is cut, looked up and joined
-        on a thread too: that work is Python (the loop gets the GIL back every switch interval)
-        and its new pieces are encoded by encode_batch (which releases the GIL)."""
+    async def encode(self, text: str, *, add_special_tokens: bool) -> Sequence[int]:
+        """The ids of `text`, exactly the tokenizer's (a long text's as TokenIds, one array). A
+        long text is cut, looked up and joined on a thread too: that work is Python (the loop gets
+        the GIL back every switch interval) and its new pieces are encoded by encode_batch (which
+        releases the GIL)."""
         if len(text) <= self.inline_chars:
             return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
         loop = asyncio.get_running_loop()
@@ -340,7 +357,7 @@ class PromptEncoder:
             encodings = await loop.run_in_executor(
                 self.pool, lambda: self._backend.encode_batch([text], add_special_tokens=add_special_tokens)
             )
-            return list(encodings[0].ids)
+            return TokenIds(encodings[0].ids)
         return await loop.run_in_executor(self.pool, self._encode_pieces, text, add_special_tokens)
 
     def close(self) -> None:

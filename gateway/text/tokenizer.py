@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequestError, ServerConfigError
 from gateway.text.encoding import INLINE_CHARS, PromptEncoder
+from gateway.text.template import ChatRenderer
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 # Chat messages with more text than this are rendered on a thread: a template's loops over a long
@@ -214,9 +215,10 @@ class Tokenizer:
         types = out.get("token_type_ids")
         return ids, list(types) if types is not None else [0] * len(ids)
 
-    async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+    async def encode_async(self, text: str, *, add_special_tokens: bool = True) -> Sequence[int]:
         """The ids of `text`, exactly `encode`'s, without holding the event loop for a long text:
-        its known pieces come from the cache and its new ones are encoded on a thread."""
+        its known pieces come from the cache and its new ones are encoded on a thread. A long
+        text's come as TokenIds (one int32 array, text.ids)."""
         if self.encoder is not None:
             return await self.encoder.encode(text, add_special_tokens=add_special_tokens)
         if len(text) <= INLINE_CHARS:
@@ -288,6 +290,14 @@ class Tokenizer:
         )
 
     @functools.cached_property
+    def _renderer(self) -> ChatRenderer | None:
+        """transformers' render with an agent's tool list prepared once (text.template); made and
+        checked against transformers on first use."""
+        if not self.has_chat_template:
+            return None
+        return ChatRenderer.checked(self._tok, self._chat_template)
+
+    @functools.cached_property
     def bos_token(self) -> str | None:
         """The text of the tokenizer's beginning-of-sequence token, if it has one."""
         token = getattr(self._tok, "bos_token", None)
@@ -310,13 +320,17 @@ class Tokenizer:
                 param="tools",
             )
         try:
-            rendered = self._tok.apply_chat_template(
-                messages,
-                tokenize=False,
-                add_generation_prompt=add_generation_prompt,
-                chat_template=self._chat_template,
-                **kwargs,
-            )
+            renderer = self._renderer
+            if renderer is not None and renderer.handles(messages, kwargs):
+                rendered = renderer.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+            else:
+                rendered = self._tok.apply_chat_template(
+                    messages,
+                    tokenize=False,
+                    add_generation_prompt=add_generation_prompt,
+                    chat_template=self._chat_template,
+                    **kwargs,
+                )
         except Exception as exc:  # jinja raises arbitrary errors from template code
             raise InvalidRequestError(
                 f"the chat template rejected the messages: {exc}", param="messages"

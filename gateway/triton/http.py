@@ -266,7 +266,8 @@ class TritonHttp:
     ) -> AsyncGenerator[dict[str, Any], None]:
         """The stream's events as JSON objects, until Triton ends the response (its final response).
         Leaving the iteration early closes the connection, which cancels the request in Triton."""
-        request = self._request(model, orjson.dumps(body), headers)
+        # OPT_SERIALIZE_NUMPY: a long prompt's ids are one int32 array (text.ids).
+        request = self._request(model, orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), headers)
         conn: _Response | None = None
         watchdog: IdleWatch | None = None
         reusable = False

@@ -20,6 +20,7 @@ from tritonclient.grpc import service_pb2
 from gateway.engine import GenerationRequest, LoraTensors, TokenLogprob
 from gateway.errors import InvalidRequestError
 from gateway.lora import cast_weights, config_columns
+from gateway.text.ids import int32_array, json_ids
 from gateway.triton import contract as c
 from gateway.triton.logits import decode_logits, scored_tokens
 
@@ -196,8 +197,8 @@ def build_request(
     out.parameters["triton_enable_empty_final_response"].bool_param = True
     specs = contract.inputs
     if contract.route == "engine":
-        ids = np.array([request.prompt_ids], dtype=np.int32)
-        _tensor(out, specs[c.PROMPT].name, "INT32", list(ids.shape), ids.tobytes())
+        ids = int32_array(request.prompt_ids)
+        _tensor(out, specs[c.PROMPT].name, "INT32", [1, len(ids)], ids.tobytes())
         _scalar(out, specs[c.PROMPT_LENGTH], len(request.prompt_ids))
     else:
         _strings(out, specs[c.PROMPT], [request.prompt_text])
@@ -316,7 +317,8 @@ def build_json_request(
     specs = contract.inputs
     body: dict[str, Any] = {"id": request_id}
     if contract.route == "engine":
-        body[specs[c.PROMPT].name] = list(request.prompt_ids)
+        # (TokenIds as their array: the HTTP client writes it with OPT_SERIALIZE_NUMPY.)
+        body[specs[c.PROMPT].name] = json_ids(request.prompt_ids)
         body[specs[c.PROMPT_LENGTH].name] = len(request.prompt_ids)
     else:
         body[specs[c.PROMPT].name] = request.prompt_text

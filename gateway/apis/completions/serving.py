@@ -3,7 +3,7 @@ text_completion or a chunk stream."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -281,7 +281,7 @@ def _usage(prepared: PreparedRequest, plan: EchoPlan) -> CompletionUsage:
 
 async def _prompts(
     runtime: ModelRuntime, body: CompletionRequest, limits: v.RequestLimits, *, need_ids: bool = False
-) -> list[tuple[str, list[int] | None, int]]:
+) -> list[tuple[str, Sequence[int] | None, int]]:
     """Each prompt's text, token ids (None: counted later, see prompt_budget) and max_tokens."""
     tok = runtime.tokenizer
     prompt = body.prompt
@@ -291,7 +291,7 @@ async def _prompts(
         raise InvalidRequestError("the prompt must not be empty", param="prompt")
     if isinstance(prompt, str) or isinstance(prompt[0], str):
         texts = [prompt] if isinstance(prompt, str) else cast(list[str], prompt)
-        out: list[tuple[str, list[int] | None, int]] = []
+        out: list[tuple[str, Sequence[int] | None, int]] = []
         for text in texts:
             ids, max_tokens = await v.prompt_budget(
                 runtime,

@@ -7,7 +7,7 @@ import random
 import secrets
 import string
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,7 +157,7 @@ class MessagesService(GenerationService):
 
     async def _budget(
         self, runtime: ModelRuntime, prompt: Prompt, requested: int
-    ) -> tuple[list[int] | None, int]:
+    ) -> tuple[Sequence[int] | None, int]:
         """The prompt's ids and max_tokens. Agents ask for more than a small context holds
         (Claude Code: 32000), and Anthropic's API takes `max_tokens` as a ceiling, so it is
         clamped to what the context (and the server's limit) leaves; a reply cut there ends

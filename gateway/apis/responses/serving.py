@@ -100,7 +100,7 @@ class PreparedResponse:
 class _Prompt:
     runtime: ModelRuntime
     prompt: Prompt
-    ids: list[int] | None
+    ids: Sequence[int] | None
     max_tokens: int
     plan: OutputPlan
     tools: ToolPlan

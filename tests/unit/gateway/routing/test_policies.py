@@ -201,3 +201,27 @@ def test_an_endpoint_holding_the_adapter_is_preferred_within_the_load_guard() ->
     # The load guard still gives way.
     a.outstanding = 20
     assert policy.choose([a, b], RouteRequest(list(range(300, 340)), 16, adapter=9)) is b
+
+
+def _reference_hashes(ids: list[int], block_size: int, adapter: int = 0) -> list[int]:
+    # The chain as written down: BLAKE2b-64 of the parent (u64) and the block's ids (i32), little-endian.
+    import hashlib
+    import struct
+
+    out, parent = [], adapter
+    for start in range(0, len(ids) - len(ids) % block_size, block_size):
+        block = struct.pack(f"<Q{block_size}i", parent, *ids[start : start + block_size])
+        parent = int.from_bytes(hashlib.blake2b(block, digest_size=8).digest(), "little")
+        out.append(parent)
+    return out
+
+
+@pytest.mark.parametrize("length", [0, 15, 16, 17, 64, 1000])
+def test_block_hashes_of_lists_tuples_and_token_id_arrays_are_the_written_chain(length: int) -> None:
+    from gateway.text.ids import TokenIds
+
+    ids = [(i * 7919) % 150_000 - (5 if i % 13 == 0 else 0) for i in range(length)]
+    want = _reference_hashes(ids, 16, adapter=3)
+    assert block_hashes(ids, 16, 3) == want
+    assert block_hashes(tuple(ids), 16, 3) == want
+    assert block_hashes(TokenIds(ids), 16, 3) == want

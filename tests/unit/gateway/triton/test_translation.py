@@ -452,3 +452,23 @@ def test_engine_priorities_keep_the_order_and_stay_within_the_executors_range() 
     assert mapped == sorted(mapped, reverse=True)
     assert len(set(mapped)) == len(mapped)
     assert all(0.0 <= m <= 1.0 for m in mapped)
+
+
+def test_a_long_prompts_token_id_array_makes_the_same_request_as_its_ints() -> None:
+    import orjson
+
+    from gateway.text.ids import TokenIds
+    from gateway.triton.tensors import build_json_request
+
+    contract = contract_of(ENGINE, "engine")
+    ints = tuple((i * 7919) % 150_000 for i in range(5000))
+    made = {}
+    for ids in (ints, TokenIds(ints)):
+        req = GenerationRequest("r", "unused", ids, SamplingParams(max_tokens=4), end_id=2)
+        grpc = build(contract, req, seed=11, num_sequences=1, stream=True).SerializeToString()
+        body = build_json_request(contract, req, request_id="r", seed=11, num_sequences=1, stream=True)
+        made[type(ids)] = (grpc, orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY))
+    assert made[tuple] == made[TokenIds]
+    req = GenerationRequest("r", "", TokenIds(ints), SamplingParams(max_tokens=4))
+    values = tensor_values(build(contract, req, seed=None, num_sequences=1, stream=True))
+    assert values["input_ids"] == ("INT32", [1, 5000], list(ints))
