@@ -480,24 +480,3 @@ async def test_consecutive_user_turns_are_one_turn_as_anthropic_combines_them(
     assert "<system-reminder>be brief</system-reminder>\n\nHello<end_of_turn>" in prompt
     assert "Hi\n\nthere<end_of_turn>" in prompt
     assert prompt.count("<start_of_turn>user") == 2
-
-
-async def test_a_tool_result_in_a_second_user_message_answers_the_call(make_client: MakeClient) -> None:
-    client, engine = await make_client(model={"tool_parser": "hermes"})
-    turns = [
-        {"role": "user", "content": "weather?"},
-        {
-            "role": "assistant",
-            "content": [
-                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
-            ],
-        },
-        {"role": "user", "content": "here it is"},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}]},
-    ]
-    tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
-    r = await client.post(
-        "/v1/messages", json={"model": "tiny", "max_tokens": 4, "messages": turns, "tools": tools}
-    )
-    assert r.status_code == 200, r.text
-    assert "sunny" in engine.requests[0].prompt_text

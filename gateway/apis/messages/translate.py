@@ -144,8 +144,7 @@ def _unserved(block: UnservedBlockParam, where: str) -> InvalidRequestError:
 
 def _conversation(messages: list[MessageParam], images: list[ImageRef]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    # tool_use ids of the last assistant turn still waiting for their tool_result. Consecutive
-    # user messages are one turn (Anthropic's API combines them), so they answer the same calls.
+    # tool_use ids of the last assistant turn still waiting for their tool_result.
     open_calls: set[str] = set()
     for i, message in enumerate(messages):
         where = f"messages.{i}"
@@ -157,6 +156,7 @@ def _conversation(messages: list[MessageParam], images: list[ImageRef]) -> list[
         else:
             for turn in _user(message, where, open_calls, images):
                 _append(out, turn)
+            open_calls = set()
     return out
 
 

@@ -172,6 +172,8 @@ def _model(profile: str = "current", *, decoupled: bool = True, max_positions: i
     model.tokenizer = _tokenizer()
     model.max_positions = max_positions
     model.lora_cache = _LoraCache()
+    # A text model (no `triton_config.multimodal`): initialize() loads no processor.
+    model.processor = None
     model.engine = _Engine()
     model.lock = threading.Lock()
     model.requests = {}

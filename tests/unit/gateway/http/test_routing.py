@@ -39,6 +39,7 @@ def test_the_registered_apis_generation_routes_are_the_admitted_paths() -> None:
         app.include_router(api.router)
     # count_tokens and input_tokens take their JSON body the same way (and tokenizing an agent's
     # prompt is work worth bounding); the stored responses' GET/DELETE routes are not admitted.
+    # The encoder APIs' work is bounded as generation's is (with vLLM's and Cohere's aliases).
     assert generation_paths(app.routes) == {
         "/v1/completions",
         "/v1/chat/completions",
@@ -46,4 +47,10 @@ def test_the_registered_apis_generation_routes_are_the_admitted_paths() -> None:
         "/v1/responses/input_tokens",
         "/v1/messages",
         "/v1/messages/count_tokens",
+        "/v1/embeddings",
+        "/v1/rerank",
+        "/v2/rerank",
+        "/rerank",
+        "/v1/score",
+        "/score",
     }

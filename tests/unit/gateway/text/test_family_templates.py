@@ -94,7 +94,7 @@ def chat_messages(weather: str = WEATHER_ARGS, clock: str = TIME_ARGS) -> list[d
         {"role": "assistant", "content": "Sunny, and it is noon."},
         {"role": "user", "content": "Thanks! And tomorrow?"},
     ]
-    return [_template_message(ChatMessageIn.model_validate(m), i) for i, m in enumerate(raw)]
+    return [_template_message(ChatMessageIn.model_validate(m), i, []) for i, m in enumerate(raw)]
 
 
 def responses_messages() -> list[dict[str, Any]]:
