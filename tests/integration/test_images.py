@@ -255,9 +255,11 @@ def test_anthropic_image_in_a_tool_result(stack: Stack) -> None:
         )
 
     if stack.engine == "llmapi":
+        # Refused, never dropped: Gemma 3's template refuses the tool turn before the llmapi
+        # model's one-question rule is reached (either 400 says why).
         with pytest.raises(anthropic.BadRequestError) as caught:
             ask(PNG)
-        assert "one question" in caught.value.message
+        assert "one question" in caught.value.message or "alternate" in caught.value.message
         return
     try:
         first, second = ask(PNG), ask(OTHER_PNG)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import httpx
@@ -183,8 +184,9 @@ def test_openai_sdk_lists_the_adapter_with_its_parent_and_serves_it(
     sdk: openai.OpenAI, triton_stack: TritonStack, adapters: dict[str, Path]
 ) -> None:
     listed = {m.id: m for m in sdk.models.list().data}
-    assert listed["my-adapter"].model_extra == {"root": "tiny-engine", "parent": "tiny-engine"}
-    assert listed["tiny-engine"].model_extra == {"root": "tiny-engine", "parent": None}
+    text: dict[str, Any] = {"input_modalities": ["text"]}
+    assert listed["my-adapter"].model_extra == {"root": "tiny-engine", "parent": "tiny-engine", **text}
+    assert listed["tiny-engine"].model_extra == {"root": "tiny-engine", "parent": None, **text}
     assert sdk.models.retrieve("my-adapter").model_extra["parent"] == "tiny-engine"  # type: ignore[index]
     messages = [{"role": "user", "content": "Hello"}]
     chat = sdk.chat.completions.create(model="my-adapter", messages=messages, **GREEDY)  # type: ignore[call-overload]
