@@ -210,7 +210,18 @@ async def test_sigterm_lets_short_streams_finish_and_cancels_long_ones_after_the
     triton_stack: TritonStack,
 ) -> None:
     model = triton_stack.models["bpe_synthetic"]
-    labels = {"request_type": "active", "model": model.engine, "version": "1"}
+    engine = {"model": model.engine, "version": "1"}
+
+    def active() -> float:
+        return triton_stack.metric("nv_trt_llm_request_metrics", request_type="active", **engine)
+
+    def total(name: str) -> float:
+        return triton_stack.metric(f"trtllm_cpu_engine_{name}_requests_total", **engine)
+
+    # The engine's own counts tell a cancelled request from one that ran to its end, whatever the
+    # machine's load: no timing bound decides it. An earlier test's request would blur them.
+    await wait_until(lambda: active() == 0, timeout=60.0)
+    completed, cancelled = total("completed"), total("cancelled")
     args = [
         *gateway_args(triton_stack, tokenizer_dir=model.tokenizer_dir),
         "--shutdown-grace-s",
@@ -231,12 +242,10 @@ async def test_sigterm_lets_short_streams_finish_and_cancels_long_ones_after_the
                 await asyncio.wait_for(long, 30)  # cut when the grace period ends
         # uvicorn re-raises the signal once it has shut down, so the exit status says SIGTERM.
         assert gw.process.wait(timeout=30) in (0, -signal.SIGTERM)  # type: ignore[union-attr]
-        # Left alone, the long stream (480 steps of 20 ms, about 2 s of them done when the grace
-        # ends) would run at least 7 s more: 5 s tells a cancelled one from it, with room for a
-        # loaded machine (2 s failed on one).
-        await wait_until(
-            lambda: triton_stack.metric("nv_trt_llm_request_metrics", **labels) == 0, timeout=5.0
-        )
+        # The short stream completed; the long one (480 steps of 20 ms, about 2 s of them done when
+        # the grace ends) was cancelled in the engine, not left to run to its end.
+        await wait_until(lambda: active() == 0, timeout=60.0)
+        assert (total("completed") - completed, total("cancelled") - cancelled) == (1, 1)
     finally:
         gw.stop()
 
