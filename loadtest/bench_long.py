@@ -52,6 +52,7 @@ import aiohttp
 import orjson
 
 from loadtest import procstat
+from loadtest.report import write_report
 from loadtest.stats import Distribution, percentile
 from loadtest.subproc import (
     NotReady,
@@ -366,19 +367,8 @@ async def start_gateway(
         workers=cfg.workers,
         extra=["--model", spec(CAPACITY_MODEL, stack.capacity_engine)],
     )
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    log_path = workdir / f"gateway-{name}.log"
-    proc = spawn_logged(cmd, log_path, env)
-    try:
-        await asyncio.to_thread(
-            wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", 300.0, log_path
-        )
-        async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600)
-        ) as session:
-            yield Gateway(f"http://127.0.0.1:{port}", proc.pid, session)
-    finally:
-        stop_process(proc)
+    async with serve_gateway(cmd, port, workdir / f"gateway-{name}.log") as gateway:
+        yield gateway
 
 
 @dataclass(slots=True)
@@ -386,6 +376,26 @@ class Gateway:
     base: str
     pid: int
     session: aiohttp.ClientSession
+
+
+@contextlib.asynccontextmanager
+async def serve_gateway(
+    cmd: list[str], port: int, log_path: Path, ready_timeout_s: float = 300.0
+) -> AsyncIterator[Gateway]:
+    """`cmd` (a `serve_command` on `port`) run offline in its own process group, its output in
+    `log_path`; once it is ready, a client session without a connection limit to load it with."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = spawn_logged(cmd, log_path, env)
+    try:
+        await asyncio.to_thread(
+            wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", ready_timeout_s, log_path
+        )
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600)
+        ) as session:
+            yield Gateway(f"http://127.0.0.1:{port}", proc.pid, session)
+    finally:
+        stop_process(proc)
 
 
 # ------------------------------------------------------------------------------------------- clients
@@ -544,7 +554,7 @@ def _lag_buckets(text: str) -> dict[str, float]:
     return out
 
 
-async def _scrape_lag(gw: Gateway) -> dict[str, float]:
+async def scrape_lag(gw: Gateway) -> dict[str, float]:
     async with gw.session.get(gw.base + "/metrics") as resp:
         return _lag_buckets(await resp.text())
 
@@ -634,7 +644,7 @@ async def run_phase(
                 break
             records.append(await one("long", req, 1))
 
-    before_lag = await _scrape_lag(gw) if gw is not None else {}
+    before_lag = await scrape_lag(gw) if gw is not None else {}
     cpu0 = procstat.cpu_times(gw.pid) if gw is not None else None
     t0 = time.perf_counter()
     jobs: list[Any] = []
@@ -655,7 +665,7 @@ async def run_phase(
     result = PhaseResult(name, target, elapsed, records)
     if gw is not None and cpu0 is not None:
         result.gateway_cpu_s = (procstat.cpu_times(gw.pid) - cpu0).total_s
-        after = await _scrape_lag(gw)
+        after = await scrape_lag(gw)
         result.loop_lag = {k: after[k] - before_lag.get(k, 0.0) for k in after}
     return result
 
@@ -906,7 +916,7 @@ async def bench_tokenizer(
 # ------------------------------------------------------------------------------------------- report
 
 
-def _fmt(x: Any, digits: int = 1) -> str:
+def fmt(x: Any, digits: int = 1) -> str:
     if isinstance(x, float):
         return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
     return str(x)
@@ -918,17 +928,17 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
         name = row["tokenizer"]
         ratio = row["itl_ratio"]
         out.append(
-            f"- {name}: short-stream ITL p99 with long prompts / without: {_fmt(ratio, 2)}x "
-            f"(target <= 1.2x at ~{_fmt(row['mixed_long_rate'], 2)} long requests/s of mean "
-            f"{_fmt(row['mixed_mean_prompt_tokens'] / 1000, 1)}k tokens): "
-            f"{'met' if ratio <= 1.2 else 'not met'} (direct client: {_fmt(row['direct_itl_ratio'], 2)}x)"
+            f"- {name}: short-stream ITL p99 with long prompts / without: {fmt(ratio, 2)}x "
+            f"(target <= 1.2x at ~{fmt(row['mixed_long_rate'], 2)} long requests/s of mean "
+            f"{fmt(row['mixed_mean_prompt_tokens'] / 1000, 1)}k tokens): "
+            f"{'met' if ratio <= 1.2 else 'not met'} (direct client: {fmt(row['direct_itl_ratio'], 2)}x)"
         )
         lags = [row["loop_lag_p99_ms_at_most"]] + [
             v.get("loop_lag_p99_ms_at_most", math.nan) for v in row["saturate"].values()
         ]
         worst = max((x for x in lags if not math.isnan(x)), default=math.nan)
         out.append(
-            f"- {name}: event-loop lag p99 <= {_fmt(worst, 1)} ms, worst phase (target < 5 ms): "
+            f"- {name}: event-loop lag p99 <= {fmt(worst, 1)} ms, worst phase (target < 5 ms): "
             f"{'met' if worst < 5.0 else 'not met'}"
         )
         inc = row["incremental"]
@@ -948,7 +958,7 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
                     )
                 out.append(
                     f"- {name}: growing conversations at ~{size} tokens: {entry['rps']:.1f} requests/s per "
-                    f"worker (direct client, same engine: {_fmt(entry.get('direct_rps', math.nan))}/s)"
+                    f"worker (direct client, same engine: {fmt(entry.get('direct_rps', math.nan))}/s)"
                     + target
                 )
     return out
@@ -976,11 +986,11 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
     ]
     for r in rows:
         lines.append(
-            f"| {r['tokenizer']} | {_fmt(r['itl_p99_short_ms'])} | {_fmt(r['itl_p99_mixed_ms'])} | "
-            f"{_fmt(r['itl_ratio'], 2)}x | {_fmt(r['direct_itl_ratio'], 2)}x | "
-            f"{_fmt(r['long_ttft_ms']['p50'])}/{_fmt(r['long_ttft_ms']['p99'])} | "
-            f"{_fmt(r['added_ttft_ms']['p50'])}/{_fmt(r['added_ttft_ms']['p99'])} | "
-            f"{_fmt(r['loop_lag_p99_ms_at_most'])} | {sum(r['errors'].values())} |"
+            f"| {r['tokenizer']} | {fmt(r['itl_p99_short_ms'])} | {fmt(r['itl_p99_mixed_ms'])} | "
+            f"{fmt(r['itl_ratio'], 2)}x | {fmt(r['direct_itl_ratio'], 2)}x | "
+            f"{fmt(r['long_ttft_ms']['p50'])}/{fmt(r['long_ttft_ms']['p99'])} | "
+            f"{fmt(r['added_ttft_ms']['p50'])}/{fmt(r['added_ttft_ms']['p99'])} | "
+            f"{fmt(r['loop_lag_p99_ms_at_most'])} | {sum(r['errors'].values())} |"
         )
     lines += [
         "",
@@ -996,10 +1006,10 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
     for r in rows:
         for size, e in r["saturate"].items():
             lines.append(
-                f"| {r['tokenizer']} | {size} | {_fmt(e.get('rps', math.nan))} | "
-                f"{_fmt(e.get('direct_rps', math.nan))} | {_fmt(e.get('cpu_ms_per_request', math.nan), 2)} | "
-                f"{_fmt(e.get('ttft_p50_ms', math.nan))} | {_fmt(e.get('direct_ttft_p50_ms', math.nan))} | "
-                f"{_fmt(e.get('loop_lag_p99_ms_at_most', math.nan))} |"
+                f"| {r['tokenizer']} | {size} | {fmt(e.get('rps', math.nan))} | "
+                f"{fmt(e.get('direct_rps', math.nan))} | {fmt(e.get('cpu_ms_per_request', math.nan), 2)} | "
+                f"{fmt(e.get('ttft_p50_ms', math.nan))} | {fmt(e.get('direct_ttft_p50_ms', math.nan))} | "
+                f"{fmt(e.get('loop_lag_p99_ms_at_most', math.nan))} |"
             )
     lines += ["", "## Against the targets", "", *verdicts(rows), ""]
     return "\n".join(lines)
@@ -1007,10 +1017,7 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
 
 def write(out: Path, cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> str:
     text = markdown(cfg, rows, started)
-    (out / "bench_long.md").write_text(text)
-    (out / "bench_long.json").write_text(
-        json.dumps({"config": asdict(cfg), "started": started, "rows": rows}, indent=2, default=str)
-    )
+    write_report(out, "bench_long", text, {"config": asdict(cfg), "started": started, "rows": rows})
     return text
 
 
