@@ -55,6 +55,8 @@ from loadtest.subproc import (
     NotReady,
     bench_setup,
     free_port,
+    given_args,
+    results_dir,
     serve_command,
 )
 
@@ -470,8 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> ImagesConfig:
     cfg = ImagesConfig.quick() if args.quick else ImagesConfig()
-    changes: dict[str, Any] = {}
-    for name in (
+    changes = given_args(
+        args,
         "phase_s",
         "rounds",
         "text_streams",
@@ -480,11 +482,8 @@ def config_from_args(args: argparse.Namespace) -> ImagesConfig:
         "step_ms",
         "workers",
         "vlm_engine",
-    ):
-        if getattr(args, name) is not None:
-            changes[name] = getattr(args, name)
-    if args.out is not None:
-        changes["out_dir"] = args.out
+        out="out_dir",
+    )
     if args.image_size:
         width, _, height = args.image_size.lower().partition("x")
         changes["image_width"], changes["image_height"] = int(width), int(height)
@@ -498,8 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = Path(cfg.out_dir or f"results/images-{time.strftime('%Y%m%d-%H%M%S')}")
-    (out / "work").mkdir(parents=True, exist_ok=True)
+    out = results_dir(cfg.out_dir, "images")
     try:
         row = asyncio.run(run(cfg, out, started))
     except NotReady as exc:

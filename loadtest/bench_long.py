@@ -58,6 +58,8 @@ from loadtest.subproc import (
     NotReady,
     bench_setup,
     free_port,
+    given_args,
+    results_dir,
     serve_command,
     spawn_logged,
     stop_process,
@@ -1059,19 +1061,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> LongConfig:
     cfg = LongConfig.quick() if args.quick else LongConfig()
-    changes: dict[str, Any] = {}
-    for name, attr in (
-        ("phase_s", "phase_s"),
-        ("long_rate", "long_rate"),
-        ("users", "users"),
-        ("saturate_users", "saturate_users"),
-        ("workers", "workers"),
-        ("prefill_ms_per_token", "prefill_ms_per_token"),
-        ("capacity_prefill_ms_per_token", "capacity_prefill_ms_per_token"),
-        ("out", "out_dir"),
-    ):
-        if getattr(args, name) is not None:
-            changes[attr] = getattr(args, name)
+    changes = given_args(
+        args,
+        "phase_s",
+        "long_rate",
+        "users",
+        "saturate_users",
+        "workers",
+        "prefill_ms_per_token",
+        "capacity_prefill_ms_per_token",
+        out="out_dir",
+    )
     if args.tokenizers:
         changes["tokenizers"] = tuple(t.strip() for t in args.tokenizers.split(",") if t.strip())
     return replace(cfg, **changes)
@@ -1081,8 +1081,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = Path(cfg.out_dir or f"results/long-{time.strftime('%Y%m%d-%H%M%S')}")
-    (out / "work").mkdir(parents=True, exist_ok=True)
+    out = results_dir(cfg.out_dir, "long")
     try:
         rows = asyncio.run(run(cfg, out, started))
     except NotReady as exc:

@@ -59,6 +59,8 @@ from loadtest.subproc import (
     NotReady,
     bench_setup,
     free_port,
+    given_args,
+    results_dir,
     spawn_logged,
     split_args,
     stop_process,
@@ -881,19 +883,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> RoutingBenchConfig:
     cfg = RoutingBenchConfig.quick() if args.quick else RoutingBenchConfig()
-    changes: dict[str, Any] = {}
-    for name, attr in (
-        ("rounds", "rounds"),
-        ("replicas", "replicas"),
-        ("users", "users"),
-        ("requests", "requests"),
-        ("documents", "documents"),
-        ("prefill_ms_per_token", "prefill_ms_per_token"),
-        ("kv_cache_tokens", "kv_cache_tokens"),
-        ("out", "out_dir"),
-    ):
-        if getattr(args, name) is not None:
-            changes[attr] = getattr(args, name)
+    changes = given_args(
+        args,
+        "rounds",
+        "replicas",
+        "users",
+        "requests",
+        "documents",
+        "prefill_ms_per_token",
+        "kv_cache_tokens",
+        out="out_dir",
+    )
     for name, allowed in (("policies", POLICIES), ("workloads", WORKLOADS)):
         value = getattr(args, name)
         if value:
@@ -919,8 +919,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = Path(cfg.out_dir or f"results/routing-{time.strftime('%Y%m%d-%H%M%S')}")
-    (out / "work").mkdir(parents=True, exist_ok=True)
+    out = results_dir(cfg.out_dir, "routing")
     console = Console(stderr=True)
     try:
         raw = asyncio.run(run_bench(cfg, out, console))
