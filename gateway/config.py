@@ -6,11 +6,12 @@ import json
 import re
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -278,6 +279,16 @@ def _split_env(
     return [item(part) for part in re.split(f"[{re.escape(separators)}]", text) if part.strip()]
 
 
+def _env_list(value: Any) -> Any:
+    return _split_env(value) if isinstance(value, str) else value
+
+
+_T = TypeVar("_T")
+# A list setting the environment (or a config file) may give as one string: `a,b`, or JSON as
+# pydantic-settings writes it.
+EnvList = Annotated[list[_T], NoDecode, BeforeValidator(_env_list)]
+
+
 def _spec_entries(value: Any, spec_fields: Callable[[str], dict[str, Any]]) -> Any:
     """A list of `key=value,...` specs as the flags, the environment and YAML give it: a JSON array,
     one string of specs separated by `;` or newlines, or a list; each spec string becomes its fields."""
@@ -307,16 +318,16 @@ class Settings(BaseSettings):
         "(the kernel spreads connections over them); `shared`, one socket they all accept on "
         "(uvicorn's own way).",
     )
-    triton_url: Annotated[list[str], NoDecode] = Field(
+    triton_url: EnvList[str] = Field(
         default_factory=lambda: ["127.0.0.1:8001"], description="Triton gRPC endpoint(s), HOST:PORT."
     )
-    triton_http_url: Annotated[list[str], NoDecode] = Field(
+    triton_http_url: EnvList[str] = Field(
         default_factory=list,
         description="Triton HTTP endpoint(s), http://HOST:PORT, one per --triton-url in the same order: "
         "generation streams over Triton's HTTP generate_stream, about a third of gRPC's client CPU per "
         "token; model configs, readiness, stop requests and top log probabilities stay on gRPC.",
     )
-    triton_metrics_url: Annotated[list[str], NoDecode] = Field(
+    triton_metrics_url: EnvList[str] = Field(
         default_factory=list,
         description="Triton metrics URL(s), http://HOST:PORT/metrics (Triton's --metrics-port, 8002): "
         "its queue and KV-cache gauges join the model-server metrics on /metrics that an Inference "
@@ -356,12 +367,12 @@ class Settings(BaseSettings):
         description="LoRA adapter tensors kept in the gateway's memory; beyond it the least recently used "
         "are dropped and read from their files again when next needed.",
     )
-    lora_dynamic_roots: Annotated[list[Path], NoDecode] = Field(
+    lora_dynamic_roots: EnvList[Path] = Field(
         default_factory=list,
         description="Directories POST /v1/load_lora_adapter may load adapters from (comma-separated in "
         "the environment); none: dynamic loading is off. Needs admin_api_keys.",
     )
-    admin_api_keys: Annotated[list[str], NoDecode] = Field(
+    admin_api_keys: EnvList[str] = Field(
         default_factory=list,
         description="Keys for the admin endpoints (/v1/load_lora_adapter, /v1/unload_lora_adapter; "
         "comma-separated in the environment); none: those endpoints are off.",
@@ -422,7 +433,7 @@ class Settings(BaseSettings):
     max_stop_strings: int = Field(default=16, ge=0, description="Most stop strings per request.")
     max_stop_string_length: int = Field(default=256, ge=1, description="Longest stop string, in characters.")
     sse_ping_s: float = Field(default=15.0, ge=0, description="SSE keep-alive comment interval (0: off).")
-    api_keys: Annotated[list[str], NoDecode] = Field(
+    api_keys: EnvList[str] = Field(
         default_factory=list,
         description="Accepted API keys (comma-separated in the environment); none configured: no auth.",
     )
@@ -433,7 +444,7 @@ class Settings(BaseSettings):
         "rpm=N, tpm=N.",
     )
     protect_metrics: bool = Field(default=False, description="Require an API key for /metrics too.")
-    cors_origins: Annotated[list[str], NoDecode] = Field(
+    cors_origins: EnvList[str] = Field(
         default_factory=list, description="Allowed CORS origins (comma-separated); empty: CORS off."
     )
     max_body_bytes: int = Field(
@@ -530,7 +541,7 @@ class Settings(BaseSettings):
         "Loopback, private, link-local, cloud-metadata and other non-public addresses are always "
         "refused, after DNS resolution and after every redirect.",
     )
-    allowed_media_domains: Annotated[list[str], NoDecode] = Field(
+    allowed_media_domains: EnvList[str] = Field(
         default_factory=list,
         description="The only hosts image URLs may name (exact names, comma-separated in the "
         "environment); empty: any public host. A host named here may resolve to a private address "
@@ -636,22 +647,6 @@ class Settings(BaseSettings):
         if len(self.models) != 1:
             raise ValueError(f"LoRA adapter {adapter.name!r}: name its base model (base=MODEL)")
         return self.models[0].name
-
-    @field_validator(
-        "triton_url",
-        "triton_http_url",
-        "triton_metrics_url",
-        "api_keys",
-        "cors_origins",
-        "lora_dynamic_roots",
-        "admin_api_keys",
-        "allowed_media_domains",
-        mode="before",
-    )
-    @classmethod
-    def _split_urls(cls, value: Any) -> Any:
-        # Lists come from the environment as `a,b` (or JSON, as pydantic-settings writes them).
-        return _split_env(value) if isinstance(value, str) else value
 
     @field_validator(*_URL_CHECKS)
     @classmethod
