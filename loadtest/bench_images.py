@@ -48,7 +48,7 @@ import aiohttp
 import orjson
 
 from loadtest import procstat
-from loadtest.bench_long import Gateway, fmt, lag_quantile, scrape_lag, serve_gateway
+from loadtest.bench_long import Gateway, fmt, lag_quantile, scrape_lag, serve_gateway, serve_triton
 from loadtest.report import write_report
 from loadtest.stats import Distribution
 from loadtest.subproc import (
@@ -155,13 +155,8 @@ def start_stack(cfg: ImagesConfig, workdir: Path) -> Iterator[Stack]:
         vlm = devstack.prepare_llmapi_repository(workdir / "vlm_repo", model_dir=vlm_dir)
     else:
         vlm = devstack.prepare_dev_repository(workdir / "vlm_repo", model_dir=vlm_dir, engine_mode="model")
-    server = devstack.TritonServer(
-        [text.path, vlm.path], work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
-    )
-    server.start()
-    try:
-        # Four Python models load one after another: minutes on a busy small machine.
-        server.wait_ready(cfg.ready_timeout_s)
+    # Four Python models load one after another: minutes on a busy small machine.
+    with serve_triton([text.path, vlm.path], workdir, cfg.ready_timeout_s) as server:
         yield Stack(
             server.grpc_url,
             server.http_url,
@@ -171,8 +166,6 @@ def start_stack(cfg: ImagesConfig, workdir: Path) -> Iterator[Stack]:
             vlm.ensemble,
             vlm_dir,
         )
-    finally:
-        server.stop()
 
 
 @contextlib.asynccontextmanager

@@ -46,7 +46,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -65,6 +65,9 @@ from loadtest.subproc import (
     stop_process,
     wait_http_ready,
 )
+
+if TYPE_CHECKING:
+    from deploy.devstack import TritonServer
 
 log = logging.getLogger(__name__)
 
@@ -254,8 +257,26 @@ class Stack:
 
 
 @contextlib.contextmanager
-def start_stack(cfg: LongConfig, workdir: Path) -> Iterator[Stack]:
+def serve_triton(
+    repositories: Sequence[Path], workdir: Path, ready_timeout_s: float = 180.0
+) -> Iterator[TritonServer]:
+    """One Triton serving `repositories` (working in workdir/triton) as the benchmarks run it:
+    with the HTTP send buffer that keeps generate_stream from losing responses under load."""
     from deploy import devstack
+
+    server = devstack.TritonServer(
+        repositories, work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
+    )
+    server.start()
+    try:
+        server.wait_ready(ready_timeout_s)
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def start_stack(cfg: LongConfig, workdir: Path) -> Iterator[Stack]:
     from deploy.model_repo import render_repository
     from deploy.tiny_model import DEV_KIND, build_tiny_model
 
@@ -286,9 +307,7 @@ def start_stack(cfg: LongConfig, workdir: Path) -> Iterator[Stack]:
     repo = engine_repository("model_repo", "", cfg.prefill_ms_per_token)
     # The capacity phases' engine beside it in the same Triton, with its own prefill cost.
     capacity = engine_repository("capacity_repo", CAPACITY_PREFIX, cfg.capacity_prefill_ms_per_token)
-    with devstack.TritonServer(
-        [repo, capacity], work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
-    ) as server:
+    with serve_triton([repo, capacity], workdir) as server:
         yield Stack(
             server.grpc_url,
             server.http_url,
