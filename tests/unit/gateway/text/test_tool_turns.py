@@ -352,3 +352,32 @@ def test_a_single_call_is_one_object_and_its_text_follows_the_turns_text() -> No
         "role": "assistant",
         "content": 'Let me look.\n\n{"name": "get_time", "arguments": {"zone": "CET"}}',
     }
+
+
+SKIPPING_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] in ('user', 'assistant') %}"
+    "<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def test_a_template_that_silently_skips_tool_turns_is_shown_them(tmp_path: Path) -> None:
+    """No error to tell: the probe finds the result and the call missing from the render."""
+    path = tmp_path / "skipping.jinja"
+    path.write_text(SKIPPING_TEMPLATE, encoding="utf-8")
+    tok = Tokenizer(family_dir("llama2"), chat_template_file=path)
+    assert (tok.renders_tool_results, tok.renders_tool_calls) == (False, False)
+    runtime: Any = SimpleNamespace(config=SimpleNamespace(tool_parser="none"), tokenizer=tok)
+    want = reference("llama2").apply_chat_template(
+        [
+            {"role": "user", "content": "Weather and time in Paris?"},
+            {"role": "assistant", "content": CALLS_TEXT},
+            {"role": "user", "content": RESULTS_TEXT},
+            {"role": "assistant", "content": "Sunny, and it is noon."},
+            {"role": "user", "content": "Thanks! And tomorrow?"},
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+        chat_template=SKIPPING_TEMPLATE,
+    )
+    assert tok.apply_chat_template(template_messages(runtime, chat_messages())) == want
