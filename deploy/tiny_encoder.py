@@ -12,13 +12,12 @@ import argparse
 import hashlib
 import json
 import logging
-import shutil
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from deploy.publish import publish_dir
 from deploy.tiny_corpus import AGENT_CORPUS
 from deploy.tiny_model import default_cache_root
 
@@ -142,23 +141,8 @@ def build_tiny_encoder(kind: str = "embed", *, cache_root: Path | None = None) -
         raise ValueError(f"unknown tiny encoder kind {kind!r}; expected one of {', '.join(KINDS)}")
     root = (cache_root or default_cache_root()).expanduser()
     final = root / f"tiny-encoder-{kind}-{_key(kind)}"
-    if (final / "config.json").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tiny-encoder-{kind}-", dir=root))
-    try:
-        tmp.chmod(0o755)
-        _save(kind, tmp)
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "config.json").is_file():
-                raise
-        else:
-            logger.info("built tiny %s encoder in %s", kind, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    if publish_dir(final, lambda out: _save(kind, out), marker="config.json"):
+        logger.info("built tiny %s encoder in %s", kind, final)
     return final
 
 

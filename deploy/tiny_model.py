@@ -23,14 +23,13 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from deploy.publish import publish_dir
 from deploy.tiny_corpus import AGENT_CORPUS
 
 logger = logging.getLogger(__name__)
@@ -478,29 +477,14 @@ def build_tiny_model(kind: str = "bpe", *, cache_root: Path | None = None) -> Pa
         raise ValueError(f"unknown tiny model kind {kind!r}; expected one of {', '.join(ALL_KINDS)}")
     root = (cache_root or default_cache_root()).expanduser()
     final = root / f"tiny-{kind}-{_recipe_key(kind)}"
-    if (final / "config.json").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tiny-{kind}-", dir=root))
-    try:
-        # mkdtemp makes the directory private; the model is mounted into containers by other users.
-        tmp.chmod(0o755)
+
+    def build(out: Path) -> None:
         with _quiet_progress_bars():
-            tokenizer = _save_tokenizer(RECIPES[kind], tmp)
-            _save_model(RECIPES[kind], tokenizer, tmp)
-        for file in tmp.iterdir():
-            file.chmod(0o644)
-        try:
-            tmp.rename(final)
-        except OSError:
-            # Another process won the race; its directory is complete because it was renamed whole.
-            if not (final / "config.json").is_file():
-                raise
-        else:
-            logger.info("built tiny %s model in %s", kind, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            tokenizer = _save_tokenizer(RECIPES[kind], out)
+            _save_model(RECIPES[kind], tokenizer, out)
+
+    if publish_dir(final, build, marker="config.json"):
+        logger.info("built tiny %s model in %s", kind, final)
     return final
 
 

@@ -18,13 +18,13 @@ import json
 import logging
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from deploy.families import COMMON_MODEL, FAMILIES, PACKAGE_VERSION, tokenizer_dir
+from deploy.publish import publish_dir
 from deploy.tiny_model import SEED, _quiet_progress_bars, default_cache_root
 
 logger = logging.getLogger(__name__)
@@ -151,29 +151,16 @@ def build_vlm_model(name: str, *, cache_root: Path | None = None) -> Path:
     recipe = _recipe(name)
     root = (cache_root or default_cache_root()).expanduser()
     final = root / f"vlm-{recipe.family}-{_model_key(recipe)}"
-    if (final / "config.json").is_file():
-        return final
-    source = tokenizer_dir(recipe.family)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".vlm-{recipe.family}-", dir=root))
-    try:
-        tmp.chmod(0o755)
+
+    def build(out: Path) -> None:
+        source = tokenizer_dir(recipe.family)
         for file in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copyfile(source / file, tmp / file)
+            shutil.copyfile(source / file, out / file)
         with _quiet_progress_bars():
-            _save_gemma3(recipe, tmp)
-        for file in tmp.iterdir():
-            file.chmod(0o644)
-        try:
-            tmp.rename(final)
-        except OSError:
-            if not (final / "config.json").is_file():
-                raise
-        else:
-            logger.info("built the tiny %s vision-language model in %s", recipe.family, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            _save_gemma3(recipe, out)
+
+    if publish_dir(final, build, marker="config.json"):
+        logger.info("built the tiny %s vision-language model in %s", recipe.family, final)
     return final
 
 

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gateway.routing.registry import DEFAULT_POLICY, POLICY_NAMES
@@ -67,6 +76,20 @@ def check_triton_http_url(url: str) -> str:
         raise ValueError(f"{url!r} is not http://HOST:PORT (for example http://127.0.0.1:8000)")
     return f"{scheme.lower()}://{host_port}"
 
+
+def check_triton_metrics_url(url: str) -> str:
+    """A Triton metrics URL, http(s)://HOST:PORT/metrics, or a ValueError saying what is wrong with it."""
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"Triton metrics URL {url!r}: expected http://HOST:PORT/metrics")
+    return url
+
+
+# Each Triton URL list's check, item by item.
+_URL_CHECKS: dict[str, Callable[[str], str]] = {
+    "triton_url": check_triton_url,
+    "triton_http_url": check_triton_http_url,
+    "triton_metrics_url": check_triton_metrics_url,
+}
 
 _SPEC_VALUES = {"tokenizer": "DIR", "chat_template": "FILE", "max_model_len": "N", "name": "NAME"}
 
@@ -244,17 +267,43 @@ class LoraModule(BaseModel):
         return fields
 
 
-def _spec_entries(value: Any) -> Any:
+def _split_env(
+    text: str, *, separators: str = ",", item: Callable[[str], Any] = str.strip, json_opens: str = "["
+) -> Any:
+    """A list setting written as one string (the environment, a flag): JSON as pydantic-settings
+    writes it (when it opens with `json_opens`), or items separated by any of `separators`, empty
+    ones dropped, each made a value by `item`."""
+    text = text.strip()
+    if text.startswith(json_opens):
+        return json.loads(text)
+    return [item(part) for part in re.split(f"[{re.escape(separators)}]", text) if part.strip()]
+
+
+def _env_list(value: Any) -> Any:
+    return _split_env(value) if isinstance(value, str) else value
+
+
+_T = TypeVar("_T")
+# A list setting the environment (or a config file) may give as one string: `a,b`, or JSON as
+# pydantic-settings writes it.
+EnvList = Annotated[list[_T], NoDecode, BeforeValidator(_env_list)]
+
+
+def _spec_entries(value: Any, spec_fields: Callable[[str], dict[str, Any]]) -> Any:
     """A list of `key=value,...` specs as the flags, the environment and YAML give it: a JSON array,
     one string of specs separated by `;` or newlines, or a list; each spec string becomes its fields."""
     if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("["):
-            return json.loads(text)
-        value = [part for part in re.split(r"[;\n]", text) if part.strip()]
+        return _split_env(value, separators=";\n", item=spec_fields)
     if isinstance(value, list):
-        return [ServedModel.spec_fields(v) if isinstance(v, str) else v for v in value]
+        return [spec_fields(v) if isinstance(v, str) else v for v in value]
     return value
+
+
+def _objective_priority(item: str) -> tuple[str, str]:
+    name, sep, priority = item.strip().partition("=")
+    if not sep or not name.strip():
+        raise ValueError(f"{item.strip()!r}: expected NAME=PRIORITY")
+    return name.strip(), priority.strip()
 
 
 class Settings(BaseSettings):
@@ -269,16 +318,16 @@ class Settings(BaseSettings):
         "(the kernel spreads connections over them); `shared`, one socket they all accept on "
         "(uvicorn's own way).",
     )
-    triton_url: Annotated[list[str], NoDecode] = Field(
+    triton_url: EnvList[str] = Field(
         default_factory=lambda: ["127.0.0.1:8001"], description="Triton gRPC endpoint(s), HOST:PORT."
     )
-    triton_http_url: Annotated[list[str], NoDecode] = Field(
+    triton_http_url: EnvList[str] = Field(
         default_factory=list,
         description="Triton HTTP endpoint(s), http://HOST:PORT, one per --triton-url in the same order: "
         "generation streams over Triton's HTTP generate_stream, about a third of gRPC's client CPU per "
         "token; model configs, readiness, stop requests and top log probabilities stay on gRPC.",
     )
-    triton_metrics_url: Annotated[list[str], NoDecode] = Field(
+    triton_metrics_url: EnvList[str] = Field(
         default_factory=list,
         description="Triton metrics URL(s), http://HOST:PORT/metrics (Triton's --metrics-port, 8002): "
         "its queue and KV-cache gauges join the model-server metrics on /metrics that an Inference "
@@ -318,12 +367,12 @@ class Settings(BaseSettings):
         description="LoRA adapter tensors kept in the gateway's memory; beyond it the least recently used "
         "are dropped and read from their files again when next needed.",
     )
-    lora_dynamic_roots: Annotated[list[Path], NoDecode] = Field(
+    lora_dynamic_roots: EnvList[Path] = Field(
         default_factory=list,
         description="Directories POST /v1/load_lora_adapter may load adapters from (comma-separated in "
         "the environment); none: dynamic loading is off. Needs admin_api_keys.",
     )
-    admin_api_keys: Annotated[list[str], NoDecode] = Field(
+    admin_api_keys: EnvList[str] = Field(
         default_factory=list,
         description="Keys for the admin endpoints (/v1/load_lora_adapter, /v1/unload_lora_adapter; "
         "comma-separated in the environment); none: those endpoints are off.",
@@ -384,7 +433,7 @@ class Settings(BaseSettings):
     max_stop_strings: int = Field(default=16, ge=0, description="Most stop strings per request.")
     max_stop_string_length: int = Field(default=256, ge=1, description="Longest stop string, in characters.")
     sse_ping_s: float = Field(default=15.0, ge=0, description="SSE keep-alive comment interval (0: off).")
-    api_keys: Annotated[list[str], NoDecode] = Field(
+    api_keys: EnvList[str] = Field(
         default_factory=list,
         description="Accepted API keys (comma-separated in the environment); none configured: no auth.",
     )
@@ -395,7 +444,7 @@ class Settings(BaseSettings):
         "rpm=N, tpm=N.",
     )
     protect_metrics: bool = Field(default=False, description="Require an API key for /metrics too.")
-    cors_origins: Annotated[list[str], NoDecode] = Field(
+    cors_origins: EnvList[str] = Field(
         default_factory=list, description="Allowed CORS origins (comma-separated); empty: CORS off."
     )
     max_body_bytes: int = Field(
@@ -492,7 +541,7 @@ class Settings(BaseSettings):
         "Loopback, private, link-local, cloud-metadata and other non-public addresses are always "
         "refused, after DNS resolution and after every redirect.",
     )
-    allowed_media_domains: Annotated[list[str], NoDecode] = Field(
+    allowed_media_domains: EnvList[str] = Field(
         default_factory=list,
         description="The only hosts image URLs may name (exact names, comma-separated in the "
         "environment); empty: any public host. A host named here may resolve to a private address "
@@ -535,7 +584,7 @@ class Settings(BaseSettings):
     @field_validator("key_rate_limits", mode="before")
     @classmethod
     def _key_limit_specs(cls, value: Any) -> Any:
-        return _spec_entries(value)
+        return _spec_entries(value, ServedModel.spec_fields)
 
     @model_validator(mode="after")
     def _state_backends(self) -> Settings:
@@ -570,14 +619,7 @@ class Settings(BaseSettings):
     def _lora_specs(cls, value: Any) -> Any:
         if isinstance(value, (dict, LoraModule)):
             value = [value]
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            value = [part for part in re.split(r"[;\n]", text) if part.strip()]
-        if isinstance(value, list):
-            return [LoraModule.spec_fields(v) if isinstance(v, str) else v for v in value]
-        return value
+        return _spec_entries(value, LoraModule.spec_fields)
 
     @model_validator(mode="after")
     def _lora_bases(self) -> Settings:
@@ -606,62 +648,21 @@ class Settings(BaseSettings):
             raise ValueError(f"LoRA adapter {adapter.name!r}: name its base model (base=MODEL)")
         return self.models[0].name
 
-    @field_validator(
-        "triton_url",
-        "triton_http_url",
-        "triton_metrics_url",
-        "api_keys",
-        "cors_origins",
-        "lora_dynamic_roots",
-        "admin_api_keys",
-        "allowed_media_domains",
-        mode="before",
-    )
+    @field_validator(*_URL_CHECKS)
     @classmethod
-    def _split_urls(cls, value: Any) -> Any:
-        # Lists come from the environment as `a,b` (or JSON, as pydantic-settings writes them).
-        if isinstance(value, str):
-            text = value.strip()
-            if text.startswith("["):
-                return json.loads(text)
-            return [u.strip() for u in text.split(",") if u.strip()]
-        return value
-
-    @field_validator("triton_url")
-    @classmethod
-    def _check_urls(cls, value: list[str]) -> list[str]:
-        if not value:
+    def _check_urls(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        if info.field_name == "triton_url" and not value:
             raise ValueError("at least one Triton URL is needed")
-        return [check_triton_url(u) for u in value]
-
-    @field_validator("triton_http_url")
-    @classmethod
-    def _check_http_urls(cls, value: list[str]) -> list[str]:
-        return [check_triton_http_url(u) for u in value]
+        check = _URL_CHECKS[str(info.field_name)]
+        return [check(u) for u in value]
 
     @field_validator("objective_priorities", mode="before")
     @classmethod
     def _split_objectives(cls, value: Any) -> Any:
         if not isinstance(value, str):
             return value
-        text = value.strip()
-        if text.startswith("{"):
-            return json.loads(text)
-        pairs = {}
-        for item in filter(None, (part.strip() for part in text.split(","))):
-            name, sep, priority = item.partition("=")
-            if not sep or not name.strip():
-                raise ValueError(f"{item!r}: expected NAME=PRIORITY")
-            pairs[name.strip()] = priority.strip()
-        return pairs
-
-    @field_validator("triton_metrics_url")
-    @classmethod
-    def _check_metrics_urls(cls, value: list[str]) -> list[str]:
-        for url in value:
-            if not url.startswith(("http://", "https://")):
-                raise ValueError(f"Triton metrics URL {url!r}: expected http://HOST:PORT/metrics")
-        return value
+        pairs = _split_env(value, item=_objective_priority, json_opens="{")
+        return dict(pairs) if isinstance(pairs, list) else pairs
 
     @model_validator(mode="after")
     def _http_urls_pair_with_grpc_urls(self) -> Settings:
@@ -683,7 +684,7 @@ class Settings(BaseSettings):
         # The environment and YAML take the flag's own syntax too: `name=a,tokenizer=/a; name=b,...`.
         if isinstance(value, (dict, ServedModel)):
             value = [value]
-        return _spec_entries(value)
+        return _spec_entries(value, ServedModel.spec_fields)
 
     @field_validator("models")
     @classmethod

@@ -48,16 +48,16 @@ import aiohttp
 import orjson
 
 from loadtest import procstat
-from loadtest.bench_long import _scrape_lag, lag_quantile
+from loadtest.bench_long import Gateway, fmt, lag_quantile, scrape_lag, serve_gateway, serve_triton
+from loadtest.report import write_report
 from loadtest.stats import Distribution
 from loadtest.subproc import (
     NotReady,
     bench_setup,
     free_port,
+    given_args,
+    results_dir,
     serve_command,
-    spawn_logged,
-    stop_process,
-    wait_http_ready,
 )
 
 log = logging.getLogger(__name__)
@@ -155,13 +155,8 @@ def start_stack(cfg: ImagesConfig, workdir: Path) -> Iterator[Stack]:
         vlm = devstack.prepare_llmapi_repository(workdir / "vlm_repo", model_dir=vlm_dir)
     else:
         vlm = devstack.prepare_dev_repository(workdir / "vlm_repo", model_dir=vlm_dir, engine_mode="model")
-    server = devstack.TritonServer(
-        [text.path, vlm.path], work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
-    )
-    server.start()
-    try:
-        # Four Python models load one after another: minutes on a busy small machine.
-        server.wait_ready(cfg.ready_timeout_s)
+    # Four Python models load one after another: minutes on a busy small machine.
+    with serve_triton([text.path, vlm.path], workdir, cfg.ready_timeout_s) as server:
         yield Stack(
             server.grpc_url,
             server.http_url,
@@ -171,15 +166,6 @@ def start_stack(cfg: ImagesConfig, workdir: Path) -> Iterator[Stack]:
             vlm.ensemble,
             vlm_dir,
         )
-    finally:
-        server.stop()
-
-
-@dataclass(slots=True)
-class Gateway:
-    base: str
-    pid: int
-    session: aiohttp.ClientSession
 
 
 @contextlib.asynccontextmanager
@@ -198,19 +184,8 @@ async def start_gateway(cfg: ImagesConfig, stack: Stack, workdir: Path) -> Async
         workers=cfg.workers,
         extra=["--model", vlm_spec],
     )
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    log_path = workdir / "gateway.log"
-    proc = spawn_logged(cmd, log_path, env)
-    try:
-        await asyncio.to_thread(
-            wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", 300.0, log_path
-        )
-        async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600)
-        ) as session:
-            yield Gateway(f"http://127.0.0.1:{port}", proc.pid, session)
-    finally:
-        stop_process(proc)
+    async with serve_gateway(cmd, port, workdir / "gateway.log") as gateway:
+        yield gateway
 
 
 # ------------------------------------------------------------------------------------------- clients
@@ -330,7 +305,7 @@ async def run_phase(
             next_at += interval
         records.extend(await asyncio.gather(*tasks))
 
-    lag_before = await _scrape_lag(gw)
+    lag_before = await scrape_lag(gw)
     cpu0 = procstat.cpu_times(gw.pid)
     t0 = time.perf_counter()
     jobs = [text_loop() for _ in range(cfg.text_streams)]
@@ -339,7 +314,7 @@ async def run_phase(
     await asyncio.gather(*jobs)
     result = PhaseResult(name, time.perf_counter() - t0, records)
     result.gateway_cpu_s = (procstat.cpu_times(gw.pid) - cpu0).total_s
-    result.lag_p99_s, result.lag_samples = lag_quantile(lag_before, await _scrape_lag(gw), 0.99)
+    result.lag_p99_s, result.lag_samples = lag_quantile(lag_before, await scrape_lag(gw), 0.99)
     return result
 
 
@@ -386,17 +361,11 @@ def summarize(cfg: ImagesConfig, phases: Sequence[PhaseResult], image_bytes: int
     }
 
 
-def _fmt(x: Any, digits: int = 1) -> str:
-    if isinstance(x, float):
-        return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
-    return str(x)
-
-
 def verdict(row: dict[str, Any]) -> str:
     ratio = row["itl_p99_ratio"]
     met = not math.isnan(ratio) and ratio <= TARGET_RATIO and row["image_error_count"] == 0
     return (
-        f"text streams' inter-token p99 with ~1 MP JPEG requests / alone: {_fmt(ratio, 2)}x "
+        f"text streams' inter-token p99 with ~1 MP JPEG requests / alone: {fmt(ratio, 2)}x "
         f"(target <= {TARGET_RATIO}x): {'met' if met else 'not met'}"
     )
 
@@ -419,17 +388,17 @@ def markdown(cfg: ImagesConfig, row: dict[str, Any], started: str) -> str:
         "| text inter-token gap (ms) | count | p50 | p90 | p99 | max |",
         "|---|---|---|---|---|---|",
         *(
-            f"| {name} | {d['count']} | {_fmt(d['p50'], 2)} | {_fmt(d['p90'], 2)} | {_fmt(d['p99'], 2)} | "
-            f"{_fmt(d['max'], 2)} |"
+            f"| {name} | {d['count']} | {fmt(d['p50'], 2)} | {fmt(d['p90'], 2)} | {fmt(d['p99'], 2)} | "
+            f"{fmt(d['max'], 2)} |"
             for name, d in (("alone", alone), ("with images", mixed))
         ),
         "",
-        f"- image requests: {row['image_requests']} ({_fmt(row['image_rate_achieved'], 2)}/s), "
-        f"errors {row['image_error_count']}; TTFT p50 {_fmt(row['image_ttft_ms']['p50'])} ms, p99 "
-        f"{_fmt(row['image_ttft_ms']['p99'])} ms",
+        f"- image requests: {row['image_requests']} ({fmt(row['image_rate_achieved'], 2)}/s), "
+        f"errors {row['image_error_count']}; TTFT p50 {fmt(row['image_ttft_ms']['p50'])} ms, p99 "
+        f"{fmt(row['image_ttft_ms']['p99'])} ms",
         f"- gateway CPU per image request (images phase minus alone, per request): "
-        f"{_fmt(row['gateway_cpu_ms_per_image_request'])} ms",
-        f"- gateway event-loop lag p99, worst phase: <= {_fmt(row['loop_lag_p99_ms_at_most'])} ms",
+        f"{fmt(row['gateway_cpu_ms_per_image_request'])} ms",
+        f"- gateway event-loop lag p99, worst phase: <= {fmt(row['loop_lag_p99_ms_at_most'])} ms",
         f"- text requests: {row['text_requests']}, errors {row['text_error_count']}",
     ]
     if row["image_errors"] or row["text_errors"]:
@@ -461,9 +430,13 @@ async def run(cfg: ImagesConfig, out: Path, started: str) -> dict[str, Any]:
     row = summarize(cfg, phases, mean_bytes)
     row["config"] = asdict(cfg)
     row["started"] = started
-    (out / "bench_images.json").write_bytes(orjson.dumps(row, option=orjson.OPT_INDENT_2))
-    (out / "bench_images.md").write_text(markdown(cfg, row, started))
     return row
+
+
+def write(out: Path, cfg: ImagesConfig, row: dict[str, Any], started: str) -> str:
+    text = markdown(cfg, row, started)
+    write_report(out, "bench_images", text, row)
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -492,8 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> ImagesConfig:
     cfg = ImagesConfig.quick() if args.quick else ImagesConfig()
-    changes: dict[str, Any] = {}
-    for name in (
+    changes = given_args(
+        args,
         "phase_s",
         "rounds",
         "text_streams",
@@ -502,11 +475,8 @@ def config_from_args(args: argparse.Namespace) -> ImagesConfig:
         "step_ms",
         "workers",
         "vlm_engine",
-    ):
-        if getattr(args, name) is not None:
-            changes[name] = getattr(args, name)
-    if args.out is not None:
-        changes["out_dir"] = args.out
+        out="out_dir",
+    )
     if args.image_size:
         width, _, height = args.image_size.lower().partition("x")
         changes["image_width"], changes["image_height"] = int(width), int(height)
@@ -520,14 +490,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = Path(cfg.out_dir or f"results/images-{time.strftime('%Y%m%d-%H%M%S')}")
-    (out / "work").mkdir(parents=True, exist_ok=True)
+    out = results_dir(cfg.out_dir, "images")
     try:
         row = asyncio.run(run(cfg, out, started))
     except NotReady as exc:
         log.error("a server did not start: %s", exc)
         return 1
-    sys.stdout.write(markdown(cfg, row, started))
+    sys.stdout.write(write(out, cfg, row, started))
     log.info("results in %s/", out)
     failed = row["image_error_count"] + row["text_error_count"]
     return 1 if failed or not row["image_requests"] else 0

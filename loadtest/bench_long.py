@@ -46,22 +46,28 @@ import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
 
 from loadtest import procstat
+from loadtest.report import write_report
 from loadtest.stats import Distribution, percentile
 from loadtest.subproc import (
     NotReady,
     bench_setup,
     free_port,
+    given_args,
+    results_dir,
     serve_command,
     spawn_logged,
     stop_process,
     wait_http_ready,
 )
+
+if TYPE_CHECKING:
+    from deploy.devstack import TritonServer
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +257,26 @@ class Stack:
 
 
 @contextlib.contextmanager
-def start_stack(cfg: LongConfig, workdir: Path) -> Iterator[Stack]:
+def serve_triton(
+    repositories: Sequence[Path], workdir: Path, ready_timeout_s: float = 180.0
+) -> Iterator[TritonServer]:
+    """One Triton serving `repositories` (working in workdir/triton) as the benchmarks run it:
+    with the HTTP send buffer that keeps generate_stream from losing responses under load."""
     from deploy import devstack
+
+    server = devstack.TritonServer(
+        repositories, work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
+    )
+    server.start()
+    try:
+        server.wait_ready(ready_timeout_s)
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def start_stack(cfg: LongConfig, workdir: Path) -> Iterator[Stack]:
     from deploy.model_repo import render_repository
     from deploy.tiny_model import DEV_KIND, build_tiny_model
 
@@ -283,9 +307,7 @@ def start_stack(cfg: LongConfig, workdir: Path) -> Iterator[Stack]:
     repo = engine_repository("model_repo", "", cfg.prefill_ms_per_token)
     # The capacity phases' engine beside it in the same Triton, with its own prefill cost.
     capacity = engine_repository("capacity_repo", CAPACITY_PREFIX, cfg.capacity_prefill_ms_per_token)
-    with devstack.TritonServer(
-        [repo, capacity], work_dir=workdir / "triton", http_send_buffer=devstack.TRITON_HTTP_SEND_BUFFER
-    ) as server:
+    with serve_triton([repo, capacity], workdir) as server:
         yield Stack(
             server.grpc_url,
             server.http_url,
@@ -366,19 +388,8 @@ async def start_gateway(
         workers=cfg.workers,
         extra=["--model", spec(CAPACITY_MODEL, stack.capacity_engine)],
     )
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    log_path = workdir / f"gateway-{name}.log"
-    proc = spawn_logged(cmd, log_path, env)
-    try:
-        await asyncio.to_thread(
-            wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", 300.0, log_path
-        )
-        async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600)
-        ) as session:
-            yield Gateway(f"http://127.0.0.1:{port}", proc.pid, session)
-    finally:
-        stop_process(proc)
+    async with serve_gateway(cmd, port, workdir / f"gateway-{name}.log") as gateway:
+        yield gateway
 
 
 @dataclass(slots=True)
@@ -386,6 +397,26 @@ class Gateway:
     base: str
     pid: int
     session: aiohttp.ClientSession
+
+
+@contextlib.asynccontextmanager
+async def serve_gateway(
+    cmd: list[str], port: int, log_path: Path, ready_timeout_s: float = 300.0
+) -> AsyncIterator[Gateway]:
+    """`cmd` (a `serve_command` on `port`) run offline in its own process group, its output in
+    `log_path`; once it is ready, a client session without a connection limit to load it with."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    proc = spawn_logged(cmd, log_path, env)
+    try:
+        await asyncio.to_thread(
+            wait_http_ready, proc, f"http://127.0.0.1:{port}/health/ready", ready_timeout_s, log_path
+        )
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=600)
+        ) as session:
+            yield Gateway(f"http://127.0.0.1:{port}", proc.pid, session)
+    finally:
+        stop_process(proc)
 
 
 # ------------------------------------------------------------------------------------------- clients
@@ -544,7 +575,7 @@ def _lag_buckets(text: str) -> dict[str, float]:
     return out
 
 
-async def _scrape_lag(gw: Gateway) -> dict[str, float]:
+async def scrape_lag(gw: Gateway) -> dict[str, float]:
     async with gw.session.get(gw.base + "/metrics") as resp:
         return _lag_buckets(await resp.text())
 
@@ -634,7 +665,7 @@ async def run_phase(
                 break
             records.append(await one("long", req, 1))
 
-    before_lag = await _scrape_lag(gw) if gw is not None else {}
+    before_lag = await scrape_lag(gw) if gw is not None else {}
     cpu0 = procstat.cpu_times(gw.pid) if gw is not None else None
     t0 = time.perf_counter()
     jobs: list[Any] = []
@@ -655,7 +686,7 @@ async def run_phase(
     result = PhaseResult(name, target, elapsed, records)
     if gw is not None and cpu0 is not None:
         result.gateway_cpu_s = (procstat.cpu_times(gw.pid) - cpu0).total_s
-        after = await _scrape_lag(gw)
+        after = await scrape_lag(gw)
         result.loop_lag = {k: after[k] - before_lag.get(k, 0.0) for k in after}
     return result
 
@@ -906,7 +937,7 @@ async def bench_tokenizer(
 # ------------------------------------------------------------------------------------------- report
 
 
-def _fmt(x: Any, digits: int = 1) -> str:
+def fmt(x: Any, digits: int = 1) -> str:
     if isinstance(x, float):
         return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
     return str(x)
@@ -918,17 +949,17 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
         name = row["tokenizer"]
         ratio = row["itl_ratio"]
         out.append(
-            f"- {name}: short-stream ITL p99 with long prompts / without: {_fmt(ratio, 2)}x "
-            f"(target <= 1.2x at ~{_fmt(row['mixed_long_rate'], 2)} long requests/s of mean "
-            f"{_fmt(row['mixed_mean_prompt_tokens'] / 1000, 1)}k tokens): "
-            f"{'met' if ratio <= 1.2 else 'not met'} (direct client: {_fmt(row['direct_itl_ratio'], 2)}x)"
+            f"- {name}: short-stream ITL p99 with long prompts / without: {fmt(ratio, 2)}x "
+            f"(target <= 1.2x at ~{fmt(row['mixed_long_rate'], 2)} long requests/s of mean "
+            f"{fmt(row['mixed_mean_prompt_tokens'] / 1000, 1)}k tokens): "
+            f"{'met' if ratio <= 1.2 else 'not met'} (direct client: {fmt(row['direct_itl_ratio'], 2)}x)"
         )
         lags = [row["loop_lag_p99_ms_at_most"]] + [
             v.get("loop_lag_p99_ms_at_most", math.nan) for v in row["saturate"].values()
         ]
         worst = max((x for x in lags if not math.isnan(x)), default=math.nan)
         out.append(
-            f"- {name}: event-loop lag p99 <= {_fmt(worst, 1)} ms, worst phase (target < 5 ms): "
+            f"- {name}: event-loop lag p99 <= {fmt(worst, 1)} ms, worst phase (target < 5 ms): "
             f"{'met' if worst < 5.0 else 'not met'}"
         )
         inc = row["incremental"]
@@ -948,7 +979,7 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
                     )
                 out.append(
                     f"- {name}: growing conversations at ~{size} tokens: {entry['rps']:.1f} requests/s per "
-                    f"worker (direct client, same engine: {_fmt(entry.get('direct_rps', math.nan))}/s)"
+                    f"worker (direct client, same engine: {fmt(entry.get('direct_rps', math.nan))}/s)"
                     + target
                 )
     return out
@@ -976,11 +1007,11 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
     ]
     for r in rows:
         lines.append(
-            f"| {r['tokenizer']} | {_fmt(r['itl_p99_short_ms'])} | {_fmt(r['itl_p99_mixed_ms'])} | "
-            f"{_fmt(r['itl_ratio'], 2)}x | {_fmt(r['direct_itl_ratio'], 2)}x | "
-            f"{_fmt(r['long_ttft_ms']['p50'])}/{_fmt(r['long_ttft_ms']['p99'])} | "
-            f"{_fmt(r['added_ttft_ms']['p50'])}/{_fmt(r['added_ttft_ms']['p99'])} | "
-            f"{_fmt(r['loop_lag_p99_ms_at_most'])} | {sum(r['errors'].values())} |"
+            f"| {r['tokenizer']} | {fmt(r['itl_p99_short_ms'])} | {fmt(r['itl_p99_mixed_ms'])} | "
+            f"{fmt(r['itl_ratio'], 2)}x | {fmt(r['direct_itl_ratio'], 2)}x | "
+            f"{fmt(r['long_ttft_ms']['p50'])}/{fmt(r['long_ttft_ms']['p99'])} | "
+            f"{fmt(r['added_ttft_ms']['p50'])}/{fmt(r['added_ttft_ms']['p99'])} | "
+            f"{fmt(r['loop_lag_p99_ms_at_most'])} | {sum(r['errors'].values())} |"
         )
     lines += [
         "",
@@ -996,10 +1027,10 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
     for r in rows:
         for size, e in r["saturate"].items():
             lines.append(
-                f"| {r['tokenizer']} | {size} | {_fmt(e.get('rps', math.nan))} | "
-                f"{_fmt(e.get('direct_rps', math.nan))} | {_fmt(e.get('cpu_ms_per_request', math.nan), 2)} | "
-                f"{_fmt(e.get('ttft_p50_ms', math.nan))} | {_fmt(e.get('direct_ttft_p50_ms', math.nan))} | "
-                f"{_fmt(e.get('loop_lag_p99_ms_at_most', math.nan))} |"
+                f"| {r['tokenizer']} | {size} | {fmt(e.get('rps', math.nan))} | "
+                f"{fmt(e.get('direct_rps', math.nan))} | {fmt(e.get('cpu_ms_per_request', math.nan), 2)} | "
+                f"{fmt(e.get('ttft_p50_ms', math.nan))} | {fmt(e.get('direct_ttft_p50_ms', math.nan))} | "
+                f"{fmt(e.get('loop_lag_p99_ms_at_most', math.nan))} |"
             )
     lines += ["", "## Against the targets", "", *verdicts(rows), ""]
     return "\n".join(lines)
@@ -1007,10 +1038,7 @@ def markdown(cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> s
 
 def write(out: Path, cfg: LongConfig, rows: Sequence[dict[str, Any]], started: str) -> str:
     text = markdown(cfg, rows, started)
-    (out / "bench_long.md").write_text(text)
-    (out / "bench_long.json").write_text(
-        json.dumps({"config": asdict(cfg), "started": started, "rows": rows}, indent=2, default=str)
-    )
+    write_report(out, "bench_long", text, {"config": asdict(cfg), "started": started, "rows": rows})
     return text
 
 
@@ -1052,19 +1080,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> LongConfig:
     cfg = LongConfig.quick() if args.quick else LongConfig()
-    changes: dict[str, Any] = {}
-    for name, attr in (
-        ("phase_s", "phase_s"),
-        ("long_rate", "long_rate"),
-        ("users", "users"),
-        ("saturate_users", "saturate_users"),
-        ("workers", "workers"),
-        ("prefill_ms_per_token", "prefill_ms_per_token"),
-        ("capacity_prefill_ms_per_token", "capacity_prefill_ms_per_token"),
-        ("out", "out_dir"),
-    ):
-        if getattr(args, name) is not None:
-            changes[attr] = getattr(args, name)
+    changes = given_args(
+        args,
+        "phase_s",
+        "long_rate",
+        "users",
+        "saturate_users",
+        "workers",
+        "prefill_ms_per_token",
+        "capacity_prefill_ms_per_token",
+        out="out_dir",
+    )
     if args.tokenizers:
         changes["tokenizers"] = tuple(t.strip() for t in args.tokenizers.split(",") if t.strip())
     return replace(cfg, **changes)
@@ -1074,8 +1100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = Path(cfg.out_dir or f"results/long-{time.strftime('%Y%m%d-%H%M%S')}")
-    (out / "work").mkdir(parents=True, exist_ok=True)
+    out = results_dir(cfg.out_dir, "long")
     try:
         rows = asyncio.run(run(cfg, out, started))
     except NotReady as exc:

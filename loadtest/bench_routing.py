@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import csv
 import hashlib
-import json
 import logging
 import math
 import os
@@ -54,12 +52,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from loadtest.fastjson import dumps
+from loadtest.report import write_csv, write_report
 from loadtest.sse import DONE, SSEParser, loads
 from loadtest.stats import Distribution
 from loadtest.subproc import (
     NotReady,
     bench_setup,
     free_port,
+    given_args,
+    results_dir,
     spawn_logged,
     split_args,
     stop_process,
@@ -811,54 +812,39 @@ def write(out: Path, cfg: RoutingBenchConfig, raw: Mapping[str, Any], started: s
         "verdicts": verdicts(rows, results, raw["baseline"]),
     }
     text = markdown(cfg, report, started)
-    (out / "bench_routing.md").write_text(text + "\n\n![routing](routing.png)\n")
-    (out / "bench_routing.json").write_text(
-        json.dumps(
-            {
-                "config": asdict(cfg),
-                "started": started,
-                "rows": rows,
-                "verdicts": report["verdicts"],
-                "runs": [asdict(r) for r in results],
-                "baseline": [asdict(b) for b in raw["baseline"]],
-                "scenarios": raw["scenarios"],
-            },
-            indent=2,
-            default=str,
-        )
+    write_report(
+        out,
+        "bench_routing",
+        text + "\n\n![routing](routing.png)\n",
+        {
+            "config": asdict(cfg),
+            "started": started,
+            "rows": rows,
+            "verdicts": report["verdicts"],
+            "runs": [asdict(r) for r in results],
+            "baseline": [asdict(b) for b in raw["baseline"]],
+            "scenarios": raw["scenarios"],
+        },
     )
-    with (out / "bench_routing_runs.csv").open("w", newline="") as f:
-        fields = [
-            "workload",
-            "policy",
-            "round",
-            "requests",
-            "errors",
-            "ttft_p50_ms",
-            "ttft_p99_ms",
-            "output_tokens_per_s",
-            "hit_rate",
-            "load_ratio",
-            "per_replica_requests",
-        ]
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for r in [*results, *raw["baseline"]]:
-            writer.writerow(
-                {
-                    "workload": r.workload,
-                    "policy": r.policy,
-                    "round": r.round,
-                    "requests": r.requests,
-                    "errors": sum(r.errors.values()),
-                    "ttft_p50_ms": round(r.ttft_ms["p50"], 2),
-                    "ttft_p99_ms": round(r.ttft_ms["p99"], 2),
-                    "output_tokens_per_s": round(r.output_tokens_per_s, 2),
-                    "hit_rate": round(r.hit_rate, 4),
-                    "load_ratio": round(r.load_ratio, 3),
-                    "per_replica_requests": " ".join(f"{x:g}" for x in r.per_replica_requests),
-                }
-            )
+    write_csv(
+        out / "bench_routing_runs.csv",
+        (
+            {
+                "workload": r.workload,
+                "policy": r.policy,
+                "round": r.round,
+                "requests": r.requests,
+                "errors": sum(r.errors.values()),
+                "ttft_p50_ms": round(r.ttft_ms["p50"], 2),
+                "ttft_p99_ms": round(r.ttft_ms["p99"], 2),
+                "output_tokens_per_s": round(r.output_tokens_per_s, 2),
+                "hit_rate": round(r.hit_rate, 4),
+                "load_ratio": round(r.load_ratio, 3),
+                "per_replica_requests": " ".join(f"{x:g}" for x in r.per_replica_requests),
+            }
+            for r in [*results, *raw["baseline"]]
+        ),
+    )
     if rows:
         plot(out / "routing.png", rows, [p for p in cfg.policies])
     return text
@@ -897,19 +883,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> RoutingBenchConfig:
     cfg = RoutingBenchConfig.quick() if args.quick else RoutingBenchConfig()
-    changes: dict[str, Any] = {}
-    for name, attr in (
-        ("rounds", "rounds"),
-        ("replicas", "replicas"),
-        ("users", "users"),
-        ("requests", "requests"),
-        ("documents", "documents"),
-        ("prefill_ms_per_token", "prefill_ms_per_token"),
-        ("kv_cache_tokens", "kv_cache_tokens"),
-        ("out", "out_dir"),
-    ):
-        if getattr(args, name) is not None:
-            changes[attr] = getattr(args, name)
+    changes = given_args(
+        args,
+        "rounds",
+        "replicas",
+        "users",
+        "requests",
+        "documents",
+        "prefill_ms_per_token",
+        "kv_cache_tokens",
+        out="out_dir",
+    )
     for name, allowed in (("policies", POLICIES), ("workloads", WORKLOADS)):
         value = getattr(args, name)
         if value:
@@ -935,8 +919,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_setup()
     cfg = config_from_args(build_parser().parse_args(argv))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out = Path(cfg.out_dir or f"results/routing-{time.strftime('%Y%m%d-%H%M%S')}")
-    (out / "work").mkdir(parents=True, exist_ok=True)
+    out = results_dir(cfg.out_dir, "routing")
     console = Console(stderr=True)
     try:
         raw = asyncio.run(run_bench(cfg, out, console))

@@ -70,7 +70,16 @@ def request_rows(label: str, records: Sequence[RequestRecord]) -> list[dict[str,
 
 def write_json(path: Path, payload: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_clean(dict(payload)), indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    text = json.dumps(_clean(dict(payload)), indent=2, sort_keys=False, default=str)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def write_report(out: Path, name: str, markdown: str, payload: Mapping[str, Any]) -> None:
+    """A benchmark's results in `out`: `name`.md (the report it prints) and `name`.json (every
+    figure, with its config and start time)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.md").write_text(markdown, encoding="utf-8")
+    write_json(out / f"{name}.json", payload)
 
 
 def write_csv(path: Path, rows: Iterable[Mapping[str, Any]], fieldnames: Sequence[str] | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -14,6 +15,7 @@ import urllib.request
 from collections.abc import Sequence
 from http.client import HTTPException
 from pathlib import Path
+from typing import Any
 
 # The servers polled are the ones this process started, on this host: never through a proxy.
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -112,6 +114,21 @@ def bench_setup() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def given_args(args: argparse.Namespace, *dests: str, **renamed: str) -> dict[str, Any]:
+    """The config fields the command line set, for `dataclasses.replace` over the config's
+    defaults: each option in `dests` sets the field of its name, each in `renamed` (dest=field) that
+    field; an option left out (None) sets nothing."""
+    fields = {**{dest: dest for dest in dests}, **renamed}
+    return {field: getattr(args, dest) for dest, field in fields.items() if getattr(args, dest) is not None}
+
+
+def results_dir(out_dir: str | None, kind: str) -> Path:
+    """Where a benchmark writes (`--out`, or results/KIND-<timestamp>), with its work/ made."""
+    out = Path(out_dir or f"results/{kind}-{time.strftime('%Y%m%d-%H%M%S')}")
+    (out / "work").mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def split_args(values: Sequence[str]) -> tuple[str, ...]:

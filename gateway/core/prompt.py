@@ -19,7 +19,9 @@ from gateway.engine import ImageInput
 from gateway.errors import InvalidRequestError
 from gateway.media import ImageRef
 from gateway.text.tokenizer import Tokenizer
+from gateway.text.tool_calls.choice import arguments_key
 from gateway.text.tool_calls.registry import template_call_ids
+from gateway.text.tool_turns import has_tool_turns, tool_turns_as_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +96,21 @@ def raw_prompt(runtime: ModelRuntime, text: str) -> Prompt:
 
 def template_messages(runtime: ModelRuntime, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A conversation as the model's chat template takes it: call ids handed back in the form its
-    tool format's template takes (Mistral's 9 characters; a client's `call_...` ids cut to fit)."""
-    return template_call_ids(runtime.config.tool_parser, messages)
+    tool format's template takes (Mistral's 9 characters; a client's `call_...` ids cut to fit),
+    and, where the template has no tool turn or never reads an assistant's `tool_calls` (Gemma 3's,
+    Llama 2's), the calls and results as text in the turns it has (text.tool_turns): every API's
+    tool conversation served, never refused by the template or rendered without them."""
+    messages = template_call_ids(runtime.config.tool_parser, messages)
+    if not has_tool_turns(messages):
+        return messages
+    tokenizer = runtime.tokenizer
+    return tool_turns_as_text(
+        messages,
+        results_rendered=tokenizer.renders_tool_results,
+        calls_rendered=tokenizer.renders_tool_calls,
+        # The calls as the model wrote them: guided decoding's JSON in the model's format's keys.
+        arguments_key=arguments_key(runtime.config.tool_parser),
+    )
 
 
 def image_question(messages: Sequence[dict[str, Any]] | None) -> str | None:

@@ -28,6 +28,28 @@ RENDER_INLINE_CHARS = 8192
 
 logger = logging.getLogger(__name__)
 
+# The conversation `renders_tool_results` and `renders_tool_calls` probe a template with: markers no
+# template writes by itself. The call id is nine letters and digits, the only ids Mistral's
+# templates take (any other template takes them too).
+_PROBE_CALL_ID = "pr0be1d42"
+_PROBE_RESULT = "tool-result-marker-5f3a"
+_PROBE_ARGUMENT = "argument-marker-5f3a"
+_PROBE_CALL_TURNS: tuple[dict[str, Any], ...] = (
+    {"role": "user", "content": "Call the tool."},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": _PROBE_CALL_ID,
+                "type": "function",
+                "function": {"name": "probe_tool", "arguments": {"value": _PROBE_ARGUMENT}},
+            }
+        ],
+    },
+)
+_PROBE_TOOL_TURN: dict[str, Any] = {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "content": _PROBE_RESULT}
+
 
 @dataclass(frozen=True, slots=True)
 class ModelTextInfo:
@@ -181,6 +203,36 @@ class Tokenizer:
         except Exception:  # a template that needs more than one user turn: it cannot be probed
             return True
         return with_image != without
+
+    @functools.cached_property
+    def renders_tool_results(self) -> bool:
+        """Whether the chat template writes a `tool` turn's content (Qwen3's, Llama 3.1's, DeepSeek
+        V3's, gpt-oss's, Mistral's do; Gemma 3's and Llama 2's refuse the role). Probed once by
+        rendering a marker; a template that raises on the probe does not."""
+        return _PROBE_RESULT in self._probe_tool_turns((_PROBE_TOOL_TURN,))
+
+    @functools.cached_property
+    def renders_tool_calls(self) -> bool:
+        """Whether the chat template writes an assistant turn's `tool_calls` as the gateway hands
+        them over (content "", arguments as an object): templates that never read them drop them
+        without a word. Probed once by rendering a marker in a call's arguments (what the call
+        says; a template may leave the name to the tool turn), followed by a tool turn or, for
+        templates that take no tool turn, by a user turn."""
+        rendered = self._probe_tool_turns((_PROBE_TOOL_TURN, {"role": "user", "content": "Go on."}))
+        return _PROBE_ARGUMENT in rendered
+
+    def _probe_tool_turns(self, endings: Sequence[dict[str, Any]]) -> str:
+        """The renders of the probe conversation (a user turn, an assistant turn with a call) with
+        each ending in turn, joined; those the template refuses left out."""
+        if not self.has_chat_template:
+            return ""
+        rendered = []
+        for ending in endings:
+            try:
+                rendered.append(self.apply_chat_template([*_PROBE_CALL_TURNS, ending]))
+            except Exception:  # jinja raises arbitrary errors: the template does not take it
+                continue
+        return "\n".join(rendered)
 
     @property
     def chat_template(self) -> str | None:

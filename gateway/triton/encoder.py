@@ -26,7 +26,7 @@ from gateway.encoder import EncoderInfo, EncoderInput
 from gateway.errors import EngineError, EngineUnavailableError, GatewayError, ServerConfigError
 from gateway.routing.base import RouteRequest
 from gateway.triton.connection import is_connection_failure, rpc_error
-from gateway.triton.pool import Endpoint, TritonPool
+from gateway.triton.pool import Endpoint, TritonPool, read_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -176,27 +176,16 @@ class TritonEncoder:
         async with self._lock:
             if self._info is not None:
                 return
-            last: GatewayError = EngineUnavailableError("no Triton endpoint is available")
-            tried: list[Endpoint] = []
-            for _ in self._pool.endpoints:
-                endpoint = self._pool.pick(tried)
-                tried.append(endpoint)
-                try:
-                    config = await endpoint.connection.model_config(self._model)
-                except grpc.aio.AioRpcError as exc:
-                    last = rpc_error(exc, self._model, url=endpoint.url)
-                    continue
-                info = read_encoder_info(config, self._output)
-                self._dtypes = {
-                    i.name: mc.DataType.Name(i.data_type).removeprefix("TYPE_").replace("STRING", "BYTES")
-                    for i in config.input
-                }
-                self._batched = config.max_batch_size > 0
-                text = next((i for i in config.input if i.name == info.input_name), None)
-                self._text_dims = len(text.dims) if text is not None else 1
-                self._info = info
-                return
-            raise last
+            config = await read_model_config(self._pool, self._model)
+            info = read_encoder_info(config, self._output)
+            self._dtypes = {
+                i.name: mc.DataType.Name(i.data_type).removeprefix("TYPE_").replace("STRING", "BYTES")
+                for i in config.input
+            }
+            self._batched = config.max_batch_size > 0
+            text = next((i for i in config.input if i.name == info.input_name), None)
+            self._text_dims = len(text.dims) if text is not None else 1
+            self._info = info
 
     async def is_ready(self) -> bool:
         try:

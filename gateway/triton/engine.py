@@ -29,7 +29,7 @@ from gateway.triton.connection import TritonConnection, is_connection_failure, r
 from gateway.triton.http import HttpStatusError, StreamError, TransportError
 from gateway.triton.http import is_connection_failure as is_http_connection_failure
 from gateway.triton.logits import prompt_logprobs
-from gateway.triton.pool import Endpoint, TritonPool
+from gateway.triton.pool import Endpoint, TritonPool, first_answer
 from gateway.triton.tensors import (
     ParsedResponse,
     build_json_request,
@@ -140,40 +140,30 @@ class TritonAdapter:
         async with self._lock:
             if self._contract is not None:
                 return self._contract
-            tried: list[Endpoint] = []
-            last: GatewayError = EngineUnavailableError("no Triton endpoint is available")
-            for _ in self._pool.endpoints:
-                endpoint = self._pool.pick(tried)
-                tried.append(endpoint)
-                try:
-                    choice, contract = await self._read_contract(endpoint)
-                except grpc.aio.AioRpcError as exc:
-                    last = rpc_error(exc, self._model, url=endpoint.url)
-                    continue
-                self._choice = choice
-                self._model = choice.model
-                self._contract = contract
-                logger.info(
-                    "model %s: %s route (%s); %s contract, decoupled=%s, output_ids=%s, native n=%s",
-                    self._entry_model,
-                    choice.route,
+            choice, contract = await first_answer(self._pool, self._model, self._read_contract)
+            self._choice = choice
+            self._model = choice.model
+            self._contract = contract
+            logger.info(
+                "model %s: %s route (%s); %s contract, decoupled=%s, output_ids=%s, native n=%s",
+                self._entry_model,
+                choice.route,
+                choice.reason,
+                contract.variant,
+                contract.decoupled,
+                contract.exposes_token_ids,
+                contract.native_num_sequences,
+            )
+            if not contract.exact_stream():
+                logger.warning(
+                    "streamed text through ensemble %s is lossy (%s): its postprocessing decodes "
+                    "each response's tokens alone (lost SentencePiece spaces, U+FFFD for split "
+                    "characters). Non-streamed requests are exact. Fix: use the engine route "
+                    "(the default when Triton serves the ensemble's tensorrt_llm model).",
+                    choice.model,
                     choice.reason,
-                    contract.variant,
-                    contract.decoupled,
-                    contract.exposes_token_ids,
-                    contract.native_num_sequences,
                 )
-                if not contract.exact_stream():
-                    logger.warning(
-                        "streamed text through ensemble %s is lossy (%s): its postprocessing decodes "
-                        "each response's tokens alone (lost SentencePiece spaces, U+FFFD for split "
-                        "characters). Non-streamed requests are exact. Fix: use the engine route "
-                        "(the default when Triton serves the ensemble's tensorrt_llm model).",
-                        choice.model,
-                        choice.reason,
-                    )
-                return contract
-            raise last
+            return contract
 
     async def _choose_route(self, conn: TritonConnection) -> tuple[RouteChoice, mc.ModelConfig]:
         """Which model and route; returns the chosen model's config too."""

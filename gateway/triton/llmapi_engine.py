@@ -21,7 +21,7 @@ import grpc
 from gateway import tracing
 from gateway.asyncutil import merge
 from gateway.engine import EngineInfo, GenerationDelta, GenerationRequest
-from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, GatewayError
+from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError
 from gateway.routing.base import RouteRequest
 from gateway.text.cumulative import CumulativeText, NotCumulativeError
 from gateway.triton.connection import is_connection_failure, rpc_error
@@ -32,7 +32,7 @@ from gateway.triton.llmapi import (
     parse_llmapi_response,
     read_llmapi_contract,
 )
-from gateway.triton.pool import Endpoint, TritonPool
+from gateway.triton.pool import Endpoint, TritonPool, read_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -69,26 +69,15 @@ class LlmapiAdapter:
         async with self._lock:
             if self._contract is not None:
                 return self._contract
-            last: GatewayError = EngineUnavailableError("no Triton endpoint is available")
-            tried: list[Endpoint] = []
-            for _ in self._pool.endpoints:
-                endpoint = self._pool.pick(tried)
-                tried.append(endpoint)
-                try:
-                    config = await endpoint.connection.model_config(self._model)
-                except grpc.aio.AioRpcError as exc:
-                    last = rpc_error(exc, self._model, url=endpoint.url)
-                    continue
-                self._contract = read_llmapi_contract(config)
-                logger.info(
-                    "model %s: llmapi contract, decoupled=%s, LoRA inputs=%s, images=%s",
-                    self._model,
-                    self._contract.decoupled,
-                    self._contract.lora,
-                    self._contract.images,
-                )
-                return self._contract
-            raise last
+            self._contract = read_llmapi_contract(await read_model_config(self._pool, self._model))
+            logger.info(
+                "model %s: llmapi contract, decoupled=%s, LoRA inputs=%s, images=%s",
+                self._model,
+                self._contract.decoupled,
+                self._contract.lora,
+                self._contract.images,
+            )
+            return self._contract
 
     async def ensure_ready(self) -> None:
         if self._contract is None:

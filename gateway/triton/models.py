@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Literal
 
-import grpc
 from tritonclient.grpc import model_config_pb2 as mc
 
 from gateway.config import ServedModel
@@ -18,11 +17,10 @@ from gateway.engine import Engine, EngineInfo, GenerationDelta, GenerationReques
 from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.text.images import takes_images
 from gateway.triton import contract as c
-from gateway.triton.connection import rpc_error
 from gateway.triton.engine import TritonAdapter
 from gateway.triton.llmapi import UnsupportedModelError, declares, is_llmapi
 from gateway.triton.llmapi_engine import LlmapiAdapter
-from gateway.triton.pool import Endpoint, TritonPool
+from gateway.triton.pool import TritonPool, read_model_config
 
 ContractKind = Literal["tensorrt_llm", "llmapi"]
 
@@ -91,25 +89,14 @@ class TritonModel:
         async with self._lock:
             if self._adapter is not None:
                 return self._adapter
-            last: GatewayError = EngineUnavailableError("no Triton endpoint is available")
-            tried: list[Endpoint] = []
             # A model served by the engine route alone names its engine model, and may have no
             # ensemble at all: the contract is then the engine model's.
             model = self._config
             name = (
                 model.engine_model if model.route == "engine" and model.engine_model else model.triton_model
             )
-            for _ in self._pool.endpoints:
-                endpoint = self._pool.pick(tried)
-                tried.append(endpoint)
-                try:
-                    config = await endpoint.connection.model_config(name)
-                except grpc.aio.AioRpcError as exc:
-                    last = rpc_error(exc, name, url=endpoint.url)
-                    continue
-                self._adapter = self.adapter_for(detect_contract(config))
-                return self._adapter
-            raise last
+            self._adapter = self.adapter_for(detect_contract(await read_model_config(self._pool, name)))
+            return self._adapter
 
     async def introspect(self) -> None:
         adapter = await self.detect()

@@ -11,19 +11,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 import grpc
+from tritonclient.grpc import model_config_pb2
 
-from gateway.errors import EngineUnavailableError
+from gateway.errors import EngineUnavailableError, GatewayError
 from gateway.routing.base import RouteRequest, RoutingPolicy
 from gateway.routing.registry import make_policy
-from gateway.triton.connection import TritonConnection
+from gateway.triton.connection import TritonConnection, rpc_error
 from gateway.triton.http import TritonHttp
 
 logger = logging.getLogger(__name__)
 _NO_ROUTE = RouteRequest()
+_T = TypeVar("_T")
 
 
 class EndpointSeries(Protocol):
@@ -174,3 +176,24 @@ class TritonPool:
             await endpoint.connection.close()
             if endpoint.http is not None:
                 await endpoint.http.close()
+
+
+async def first_answer(pool: TritonPool, model: str, ask: Callable[[Endpoint], Awaitable[_T]]) -> _T:
+    """`ask` the endpoints one after another (the pool's choice each time, none twice) until one
+    answers: what start-up introspection reads (a model's config) any Triton that is up can tell.
+    When none answers, the last endpoint's gRPC error as the gateway's error for `model`."""
+    last: GatewayError = EngineUnavailableError("no Triton endpoint is available")
+    tried: list[Endpoint] = []
+    for _ in pool.endpoints:
+        endpoint = pool.pick(tried)
+        tried.append(endpoint)
+        try:
+            return await ask(endpoint)
+        except grpc.aio.AioRpcError as exc:
+            last = rpc_error(exc, model, url=endpoint.url)
+    raise last
+
+
+async def read_model_config(pool: TritonPool, model: str) -> model_config_pb2.ModelConfig:
+    """`model`'s config from the first endpoint that answers (see `first_answer`)."""
+    return await first_answer(pool, model, lambda endpoint: endpoint.connection.model_config(model))

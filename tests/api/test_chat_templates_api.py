@@ -1,5 +1,6 @@
 """Chat templates as the families write them: their own errors as 400s, transformers' helpers,
-and tools refused where the template cannot show them to the model."""
+tools refused where the template cannot show them to the model, and earlier calls and results
+shown as text where it has no tool turn."""
 
 from __future__ import annotations
 
@@ -150,3 +151,65 @@ async def test_a_forced_tool_choice_on_such_a_template_works_on_messages_and_res
         assert r.status_code == 200, r.text
         (call,) = [item for item in r.json()["output"] if item["type"] == "function_call"]
         assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}
+
+
+async def test_a_tool_conversation_on_gemma_3s_template_is_served_on_every_api(
+    make_client: MakeClient,
+) -> None:
+    """Gemma 3's template refuses a `tool` turn and never reads `tool_calls`: each API's earlier call
+    and its result reach the model as text in alternating turns, exactly transformers' render of
+    that conversation."""
+    from transformers import AutoTokenizer
+
+    model_dir = build_family_model("gemma3")
+    # (The engine route: the text sent is the whole render, its BOS included.)
+    client, engine = await make_client(tokenizer_dir=model_dir, route="engine")
+    shown = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": '{"name": "get_weather", "arguments": {"city": "Paris"}}'},
+        {"role": "user", "content": "```tool_output\nsunny\n```\n\nWarm?"},
+    ]
+    want = AutoTokenizer.from_pretrained(str(model_dir)).apply_chat_template(
+        shown, tokenize=False, add_generation_prompt=True
+    )
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+    }
+    chat = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "user", "content": "Warm?"},
+    ]
+    r = await client.post("/v1/chat/completions", json={"model": "tiny", "max_tokens": 2, "messages": chat})
+    assert r.status_code == 200, r.text
+    anthropic = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "c1", "name": "get_weather", "input": {"city": "Paris"}}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "c1", "content": "sunny"},
+                {"type": "text", "text": "Warm?"},
+            ],
+        },
+    ]
+    r = await client.post("/v1/messages", json={"model": "tiny", "max_tokens": 2, "messages": anthropic})
+    assert r.status_code == 200, r.text
+    items = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"role": "user", "content": "Warm?"},
+    ]
+    r = await client.post("/v1/responses", json={"model": "tiny", "max_output_tokens": 16, "input": items})
+    assert r.status_code == 200, r.text
+    r = await client.post("/tokenize", json={"model": "tiny", "messages": chat})
+    assert r.status_code == 200, r.text
+    assert [request.prompt_text for request in engine.requests] == [want] * 3
+    assert engine.tokenizer.decode(r.json()["tokens"], skip_special_tokens=False) == want

@@ -75,23 +75,13 @@ def test_claude_code_completes_a_print_mode_turn(gateway: GatewayProcess, tmp_pa
 
 
 @pytest.fixture(scope="module", params=ENGINES)
-def vlm_gateway(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[GatewayProcess, str]]:
-    from transformers import AutoTokenizer
-
+def vlm_gateway(request: pytest.FixtureRequest) -> Iterator[tuple[GatewayProcess, str]]:
     from deploy.tiny_vlm import build_vlm_model
 
-    model_dir = build_vlm_model("gemma3")
-    # Claude Code sends two user turns in a row (its reminder, then the prompt with the picture),
-    # which Gemma 3's template refuses ("Conversation roles must alternate"); Anthropic's API merges
-    # such turns, the gateway does not yet. The template here is Gemma 3's own without that check.
-    template = AutoTokenizer.from_pretrained(model_dir).chat_template
-    check = '{{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}'
-    assert check in template
-    template_file = tmp_path_factory.mktemp("template") / "gemma3-any-order.jinja"
-    template_file.write_text(template.replace(check, ""))
-    args = ["--engine", request.param, "--model-dir", str(model_dir), "--chat-template", str(template_file)]
+    # Gemma 3's own template, which refuses turns that do not alternate: Claude Code sends user turns
+    # in a row (its reminder, then the prompt with the picture), which the Messages API merges as
+    # Anthropic's does.
+    args = ["--engine", request.param, "--model-dir", str(build_vlm_model("gemma3"))]
     process = GatewayProcess([*args, "--api-keys", KEY, "--access-log"], command="dev").start(timeout=900)
     try:
         yield process, request.param

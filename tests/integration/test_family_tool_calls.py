@@ -711,3 +711,66 @@ def test_instructor_tools_mode_returns_a_validated_object_on_a_template_without_
     assert out.returncode == 0, out.stderr[-3000:]
     forecast = json.loads(out.stdout)
     assert forecast["city"] in ("Paris", "Tokyo") and forecast["days"] in (1, 2, 3)
+
+
+@pytest.mark.parametrize("model", ["gemma3", "llama2"])
+def test_a_forced_calls_result_goes_back_through_a_template_without_a_tool_turn(
+    sdk: openai.OpenAI,
+    claude: anthropic.Anthropic,
+    gateway: GatewayProcess,
+    triton_stack: TritonStack,
+    model: str,
+) -> None:
+    """Gemma 3's and Llama 2's templates refuse a `tool` turn and never read `tool_calls`: the call
+    the model was forced into and its result come back on chat completions and the Messages API and
+    are answered, the model shown its own call's JSON and the result in a tool_output user turn."""
+    forced: Any = {"type": "function", "function": {"name": "get_weather"}}
+    first = sdk.chat.completions.create(
+        model=model, messages=USER, tools=TOOLS, tool_choice=forced, temperature=0, max_tokens=64
+    )
+    (call,) = first.choices[0].message.tool_calls or ()
+    result = "22 C and sunny"
+    messages: Any = [
+        *USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.function.name, "arguments": call.function.arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call.id, "content": result},
+    ]
+    second = sdk.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=8)
+    assert second.choices[0].finish_reason in ("stop", "length")
+    tokens = httpx.post(
+        gateway.base_url + "/tokenize", json={"model": model, "messages": messages}, timeout=60
+    ).json()["tokens"]
+    shown = Tokenizer(triton_stack.models[f"family_{model}"].tokenizer_dir).decode(
+        tokens, skip_special_tokens=False
+    )
+    written = json.dumps({"name": "get_weather", "arguments": json.loads(call.function.arguments)})
+    assert written in shown and f"```tool_output\n{result}\n```" in shown, shown
+    assert shown.index(written) < shown.index(result)
+
+    answer = claude.messages.create(
+        model=model,
+        max_tokens=8,
+        temperature=0,
+        messages=[
+            *USER,
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": PARIS}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": result}],
+            },
+        ],
+    )
+    assert answer.stop_reason in ("end_turn", "max_tokens")

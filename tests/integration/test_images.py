@@ -213,10 +213,12 @@ def test_anthropic_base64_image_block(stack: Stack, reference: Any) -> None:
     assert got.content[0].text == want
 
 
-def test_anthropic_image_in_a_tool_result(stack: Stack) -> None:
+def test_anthropic_image_in_a_tool_result(stack: Stack, reference: Any) -> None:
     """An image a tool returned (as Claude Code's Read tool returns a PNG) reaches the model: the
-    answer depends on it. The llmapi model cannot be sent a conversation with earlier turns: a 400
-    saying so, never a dropped image."""
+    answer is transformers' for that image. Gemma 3's template has no tool turn, so the gateway
+    shows the call as the JSON the model writes for it and the result as a user turn in a
+    ```tool_output``` block, the image in place. The llmapi model cannot be sent a conversation with
+    earlier turns: a 400 saying so, never a dropped image."""
     client = stack.anthropic()
 
     def ask(image: bytes) -> Any:
@@ -255,23 +257,31 @@ def test_anthropic_image_in_a_tool_result(stack: Stack) -> None:
         )
 
     if stack.engine == "llmapi":
-        # Refused, never dropped: Gemma 3's template refuses the tool turn before the llmapi
-        # model's one-question rule is reached (either 400 says why).
+        # The model renders its template itself around one question and its images.
         with pytest.raises(anthropic.BadRequestError) as caught:
             ask(PNG)
-        assert "one question" in caught.value.message or "alternate" in caught.value.message
+        assert "one question" in caught.value.message
         return
-    try:
-        first, second = ask(PNG), ask(OTHER_PNG)
-    except anthropic.BadRequestError as exc:
-        # Gemma 3's own template refuses any turn but alternating user/assistant ones: a 400 in
-        # the Messages API's shape, never a dropped image (tests/integration/test_claude_code.py
-        # serves this turn with the template minus that check).
-        assert "alternate" in exc.message
-        return
-    assert first.content and second.content
-    texts = [[b.text for b in r.content if b.type == "text"] for r in (first, second)]
-    assert texts[0] != texts[1]
+    shown = [
+        {"role": "user", "content": [{"type": "text", "text": "Read the screenshot."}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": '{"name": "Read", "arguments": {"path": "a.png"}}'}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "```tool_output\n"},
+                IMAGE,
+                {"type": "text", "text": "\n```"},
+            ],
+        },
+    ]
+    want = [reference(shown, [image])[0] for image in (PNG, OTHER_PNG)]
+    assert want[0] != want[1]  # (the images give the tiny model different answers)
+    for image, expected in zip((PNG, OTHER_PNG), want, strict=True):
+        got = ask(image)
+        assert [b.text for b in got.content if b.type == "text"] == [expected]
 
 
 def test_responses_input_image(stack: Stack, reference: Any) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from deploy.publish import publish_dir
 
 CACHE = Path(__file__).resolve().parents[2] / ".cache" / "clients"
 
@@ -25,11 +25,8 @@ def client_python(name: str, requirements: Sequence[str]) -> Path:
     key = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12]
     home = CACHE / f"{name}-{key}"
     python = home / "bin" / "python"
-    if python.exists():
-        return python
-    CACHE.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=CACHE))
-    try:
+
+    def install(building: Path) -> None:
         subprocess.run([sys.executable, "-m", "venv", str(building)], check=True)
         subprocess.run(
             [
@@ -44,14 +41,8 @@ def client_python(name: str, requirements: Sequence[str]) -> Path:
             check=True,
             env={**os.environ, "PIP_NO_INPUT": "1"},
         )
-        # Only the venv's console scripts name the path it was made at; its python finds its
-        # packages from where it stands, so the finished venv can be moved into place (unless
-        # another run finished first).
-        try:
-            building.rename(home)
-        except OSError:
-            if not python.exists():
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
+
+    # Only the venv's console scripts name the path it was made at; its python finds its packages
+    # from where it stands, so the finished venv can be moved into place.
+    publish_dir(home, install, marker="bin/python", shared=False)
     return python

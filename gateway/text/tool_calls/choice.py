@@ -149,8 +149,7 @@ def tool_call_json_schema(
     candidates = [t for t in tools if tool_choice.mode == "required" or t.name == tool_choice.name]
     if not candidates:
         raise InvalidRequestError("tool_choice requires a tool, but 'tools' is empty.", param="tool_choice")
-    arguments_key = "parameters" if format == "llama3_json" else "arguments"
-    variants = [_call_schema(t, arguments_key) for t in candidates]
+    variants = [_call_schema(t, arguments_key(format)) for t in candidates]
     call = variants[0] if len(variants) == 1 else {"anyOf": variants}
     # A named function is one call to it. Otherwise parallel calls are allowed unless the request
     # says no (OpenAI's default), at most one per offered tool: a guided model that never wants to
@@ -160,14 +159,20 @@ def tool_call_json_schema(
     return {"type": "array", "items": call, "minItems": 1, "maxItems": len(candidates)}
 
 
-def _call_schema(tool: FunctionTool, arguments_key: str) -> dict[str, Any]:
+def arguments_key(format: str) -> str:
+    """The key a guided call's JSON gives its arguments under: the model's own format's (Llama 3's
+    JSON calls write `parameters`), else "arguments"."""
+    return "parameters" if format == "llama3_json" else "arguments"
+
+
+def _call_schema(tool: FunctionTool, key: str) -> dict[str, Any]:
     parameters = dict(tool.parameters) if tool.parameters else {"type": "object"}
     return {
         "type": "object",
         # "name" first: guided decoders emit properties in order, so the model picks the
         # function before it writes arguments for it.
-        "properties": {"name": {"type": "string", "enum": [tool.name]}, arguments_key: parameters},
-        "required": ["name", arguments_key],
+        "properties": {"name": {"type": "string", "enum": [tool.name]}, key: parameters},
+        "required": ["name", key],
         "additionalProperties": False,
     }
 

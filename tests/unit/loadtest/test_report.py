@@ -1,10 +1,14 @@
 """Results on disk: JSON without NaN, CSV rows per request and per run, and the sweep plot."""
 
+import argparse
 import csv
 import json
+import math
+from pathlib import Path
 
 from loadtest.metrics import RequestRecord, summarize
-from loadtest.report import REQUEST_FIELDS, plot_sweep, write_csv, write_run
+from loadtest.report import REQUEST_FIELDS, plot_sweep, write_csv, write_report, write_run
+from loadtest.subproc import given_args, results_dir
 
 
 def run(load, ttft):
@@ -53,3 +57,30 @@ def test_plot_tolerates_runs_without_successes(tmp_path):
     failed = summarize([RequestRecord(0.0, 1.0, error="x")], label="f", mode="concurrency", load=1)
     plot_sweep(tmp_path / "p.png", {"failing": [failed], "ok": [run(1, 0.01)[0], run(4, 0.02)[0]]})
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_a_benchmark_report_is_its_markdown_and_its_figures_as_strict_json(tmp_path):
+    write_report(
+        tmp_path / "out", "bench_x", "# Report\n", {"ratio": math.nan, "where": Path("/w"), "n": (1, 2)}
+    )
+    assert (tmp_path / "out" / "bench_x.md").read_text() == "# Report\n"
+    text = (tmp_path / "out" / "bench_x.json").read_text()
+    assert "NaN" not in text
+    assert json.loads(text) == {"ratio": None, "where": "/w", "n": [1, 2]}
+
+
+def test_only_the_options_given_on_the_command_line_change_the_config():
+    args = argparse.Namespace(phase_s=2.0, users=None, workers=0, out="results")
+    assert given_args(args, "phase_s", "users", "workers", out="out_dir") == {
+        "phase_s": 2.0,
+        "workers": 0,  # zero is given, not left out
+        "out_dir": "results",
+    }
+
+
+def test_results_go_to_the_named_directory_or_a_timestamped_one(tmp_path, monkeypatch):
+    assert results_dir(str(tmp_path / "mine"), "long") == tmp_path / "mine"
+    assert (tmp_path / "mine" / "work").is_dir()
+    monkeypatch.chdir(tmp_path)
+    out = results_dir(None, "long")
+    assert out.parent == Path("results") and out.name.startswith("long-") and (out / "work").is_dir()

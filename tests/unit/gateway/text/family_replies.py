@@ -7,8 +7,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any, Final
 
 from deploy.families import build_family_model
+from deploy.publish import publish_dir
 from gateway.core.choices import ChoiceState
 from gateway.core.generation import reasoning_format
 from gateway.engine import GenerationDelta
@@ -61,29 +60,27 @@ def family_dir(family: str) -> Path:
 def _r1_dir() -> Path:
     source = build_family_model("deepseek_v3")
     out = source.with_name(source.name + "-r1")
-    if (out / "tokenizer_config.json").is_file():
-        return out
-    staging = Path(tempfile.mkdtemp(prefix=".r1-", dir=source.parent))
-    for item in source.iterdir():
-        if item.name not in ("tokenizer.json", "tokenizer_config.json"):
-            (staging / item.name).symlink_to(item)
-    data = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
-    for added in data["added_tokens"]:
-        if added["id"] in R1_TOKENS:
-            added.update(content=R1_TOKENS[added["id"]], special=False)
-    (staging / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-    config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
-    for key, added in config.get("added_tokens_decoder", {}).items():
-        if int(key) in R1_TOKENS:
-            added.update(content=R1_TOKENS[int(key)], special=False)
-    template = config["chat_template"]
-    assert template.count(R1_PROMPT[0]) == 1
-    config["chat_template"] = template.replace(*R1_PROMPT)
-    (staging / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
-    try:
-        staging.rename(out)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)  # another process made it first
+
+    def build(staging: Path) -> None:
+        for item in source.iterdir():
+            if item.name not in ("tokenizer.json", "tokenizer_config.json"):
+                (staging / item.name).symlink_to(item)
+        data = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
+        for added in data["added_tokens"]:
+            if added["id"] in R1_TOKENS:
+                added.update(content=R1_TOKENS[added["id"]], special=False)
+        (staging / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+        for key, added in config.get("added_tokens_decoder", {}).items():
+            if int(key) in R1_TOKENS:
+                added.update(content=R1_TOKENS[int(key)], special=False)
+        template = config["chat_template"]
+        assert template.count(R1_PROMPT[0]) == 1
+        config["chat_template"] = template.replace(*R1_PROMPT)
+        text = json.dumps(config, ensure_ascii=False)
+        (staging / "tokenizer_config.json").write_text(text, encoding="utf-8")
+
+    publish_dir(out, build, marker="tokenizer_config.json")
     return out
 
 

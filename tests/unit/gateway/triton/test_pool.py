@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from gateway.errors import EngineUnavailableError
 from gateway.metrics import GatewayMetrics
-from gateway.triton.pool import TritonPool
+from gateway.triton.pool import Endpoint, TritonPool, first_answer
 
 
 @pytest.fixture
@@ -63,3 +64,34 @@ async def test_each_endpoint_reports_requests_sent_and_in_flight_to_its_metrics(
         assert (a.outstanding, b.outstanding) == (1, 1)
     finally:
         await pool.close()
+
+
+def _refused() -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details="connection refused"
+    )
+
+
+async def test_introspection_asks_each_endpoint_once_until_one_answers(pool: TritonPool) -> None:
+    asked: list[str] = []
+
+    async def ask(endpoint: Endpoint) -> str:
+        asked.append(endpoint.url)
+        if len(asked) < 3:
+            raise _refused()
+        return f"config from {endpoint.url}"
+
+    assert await first_answer(pool, "m", ask) == f"config from {asked[-1]}"
+    assert sorted(asked) == sorted(e.url for e in pool.endpoints)
+
+
+async def test_introspection_with_no_endpoint_answering_names_the_last_one(pool: TritonPool) -> None:
+    asked: list[str] = []
+
+    async def ask(endpoint: Endpoint) -> str:
+        asked.append(endpoint.url)
+        raise _refused()
+
+    with pytest.raises(EngineUnavailableError) as caught:
+        await first_answer(pool, "m", ask)
+    assert len(asked) == 3 and asked[-1] in str(caught.value) and "connection refused" in str(caught.value)
