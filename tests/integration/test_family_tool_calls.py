@@ -760,7 +760,8 @@ def test_a_forced_calls_result_goes_back_through_a_template_without_a_tool_turn(
     answer = claude.messages.create(
         model=model,
         max_tokens=8,
-        temperature=0,
+        # The pinned SDK takes no `temperature` argument on create(); the API still reads the field.
+        extra_body={"temperature": 0},
         messages=[
             *USER,
             {

@@ -216,12 +216,16 @@ async def test_sigterm_lets_short_streams_finish_and_cancels_long_ones_after_the
         return triton_stack.metric("nv_trt_llm_request_metrics", request_type="active", **engine)
 
     def total(name: str) -> float:
-        return triton_stack.metric(f"trtllm_cpu_engine_{name}_requests_total", **engine)
+        return triton_stack.metric(f"trtllm_cpu_engine_{name}_total", **engine)
 
-    # The engine's own counts tell a cancelled request from one that ran to its end, whatever the
+    def counts() -> tuple[float, float]:
+        ended = total("completed_requests") + total("cancelled_requests")
+        return ended, total("generated_tokens")
+
+    # The engine's own counts tell a request ended early from one that ran to its end, whatever the
     # machine's load: no timing bound decides it. An earlier test's request would blur them.
     await wait_until(lambda: active() == 0, timeout=60.0)
-    completed, cancelled = total("completed"), total("cancelled")
+    ended, generated = counts()
     args = [
         *gateway_args(triton_stack, tokenizer_dir=model.tokenizer_dir),
         "--shutdown-grace-s",
@@ -242,10 +246,13 @@ async def test_sigterm_lets_short_streams_finish_and_cancels_long_ones_after_the
                 await asyncio.wait_for(long, 30)  # cut when the grace period ends
         # uvicorn re-raises the signal once it has shut down, so the exit status says SIGTERM.
         assert gw.process.wait(timeout=30) in (0, -signal.SIGTERM)  # type: ignore[union-attr]
-        # The short stream completed; the long one (480 steps of 20 ms, about 2 s of them done when
-        # the grace ends) was cancelled in the engine, not left to run to its end.
+        # Both requests ended in the engine: the short one with its 60 tokens, the long one (480
+        # steps of 20 ms, about 2 s of them done when the grace ends) stopped there (the gateway
+        # stops or cancels it), not left to run to its end.
         await wait_until(lambda: active() == 0, timeout=60.0)
-        assert (total("completed") - completed, total("cancelled") - cancelled) == (1, 1)
+        ended_after, generated_after = counts()
+        assert ended_after - ended == 2
+        assert 60 < generated_after - generated < 60 + 480
     finally:
         gw.stop()
 
