@@ -21,7 +21,7 @@ from gateway.media import ImageRef
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls.choice import arguments_key
 from gateway.text.tool_calls.registry import template_call_ids
-from gateway.text.tool_turns import has_tool_turns, tool_turns_as_text
+from gateway.text.tool_turns import has_late_system, has_tool_turns, late_system_as_user, tool_turns_as_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,18 +99,22 @@ def template_messages(runtime: ModelRuntime, messages: list[dict[str, Any]]) -> 
     tool format's template takes (Mistral's 9 characters; a client's `call_...` ids cut to fit),
     and, where the template has no tool turn or never reads an assistant's `tool_calls` (Gemma 3's,
     Llama 2's), the calls and results as text in the turns it has (text.tool_turns): every API's
-    tool conversation served, never refused by the template or rendered without them."""
+    tool conversation served, never refused by the template or rendered without them; and where
+    the template takes a system turn only first (Gemma 3's), a later one's text in the user turn
+    beside it."""
     messages = template_call_ids(runtime.config.tool_parser, messages)
-    if not has_tool_turns(messages):
-        return messages
     tokenizer = runtime.tokenizer
-    return tool_turns_as_text(
-        messages,
-        results_rendered=tokenizer.renders_tool_results,
-        calls_rendered=tokenizer.renders_tool_calls,
-        # The calls as the model wrote them: guided decoding's JSON in the model's format's keys.
-        arguments_key=arguments_key(runtime.config.tool_parser),
-    )
+    if has_tool_turns(messages):
+        messages = tool_turns_as_text(
+            messages,
+            results_rendered=tokenizer.renders_tool_results,
+            calls_rendered=tokenizer.renders_tool_calls,
+            # The calls as the model wrote them: guided decoding's JSON in the model's format's keys.
+            arguments_key=arguments_key(runtime.config.tool_parser),
+        )
+    if has_late_system(messages) and not tokenizer.renders_late_system:
+        messages = late_system_as_user(messages)
+    return messages
 
 
 def image_question(messages: Sequence[dict[str, Any]] | None) -> str | None:

@@ -34,6 +34,13 @@ logger = logging.getLogger(__name__)
 _PROBE_CALL_ID = "pr0be1d42"
 _PROBE_RESULT = "tool-result-marker-5f3a"
 _PROBE_ARGUMENT = "argument-marker-5f3a"
+_PROBE_SYSTEM = "system-marker-5f3a"
+_PROBE_LATE_SYSTEM: tuple[dict[str, Any], ...] = (
+    {"role": "user", "content": "Hi."},
+    {"role": "assistant", "content": "Hello."},
+    {"role": "system", "content": _PROBE_SYSTEM},
+    {"role": "user", "content": "Go on."},
+)
 _PROBE_CALL_TURNS: tuple[dict[str, Any], ...] = (
     {"role": "user", "content": "Call the tool."},
     {
@@ -220,6 +227,19 @@ class Tokenizer:
         templates that take no tool turn, by a user turn."""
         rendered = self._probe_tool_turns((_PROBE_TOOL_TURN, {"role": "user", "content": "Go on."}))
         return _PROBE_ARGUMENT in rendered
+
+    @functools.cached_property
+    def renders_late_system(self) -> bool:
+        """Whether the chat template writes a system turn that is not the first message (Qwen3's,
+        Llama 3.1's do; Gemma 3's refuses one). Probed once by rendering a marker; a template that
+        raises on the probe does not."""
+        if not self.has_chat_template:
+            return True
+        try:
+            rendered = self.apply_chat_template(list(_PROBE_LATE_SYSTEM))
+        except Exception:  # jinja raises arbitrary errors: the template does not take it
+            return False
+        return _PROBE_SYSTEM in rendered
 
     def _probe_tool_turns(self, endings: Sequence[dict[str, Any]]) -> str:
         """The renders of the probe conversation (a user turn, an assistant turn with a call) with

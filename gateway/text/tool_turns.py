@@ -17,6 +17,12 @@ is shown both as text in the turns it knows:
 
 Templates that render tool turns and calls get the conversation unchanged (`Tokenizer` probes
 which of the two a template renders).
+
+System turns after the first are the same kind of turn for many templates: clients put them
+mid-conversation (Claude Code sends its environment as a `system` message after the user's), and
+Gemma 3's template takes a system prompt only as the first message, refusing one anywhere else.
+There a later system turn's text is given to the model in the user turn it stands beside, as Gemma
+3's own template gives the model its first system prompt inside the first user turn.
 """
 
 from __future__ import annotations
@@ -73,6 +79,40 @@ def tool_turns_as_text(
                 out.append({"role": "user", "content": content})
             results.add(len(out) - 1)
         elif role == "user" and out and len(out) - 1 in results:
+            out[-1] = {
+                **message,
+                "content": _joined(out[-1].get("content") or "", message.get("content") or ""),
+            }
+        else:
+            out.append(message)
+    return out
+
+
+def has_late_system(messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether a system turn comes after the conversation's first message."""
+    return any(m.get("role") == "system" for m in messages[1:])
+
+
+def late_system_as_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with every system turn but a leading one folded into the user turn beside it:
+    joined to the user turn before it, and the user turn after it joined on, so that templates that
+    insist on alternating roles take the conversation; a user turn of its own where no user turn
+    is beside it. The list itself where there is none (no message is changed in place)."""
+    if not has_late_system(messages):
+        return messages
+    out: list[dict[str, Any]] = [messages[0]]
+    # Indexes in `out` of user turns holding a folded system turn: the turns merged with the next.
+    folded: set[int] = set()
+    for message in messages[1:]:
+        role = message.get("role")
+        if role == "system":
+            content = message.get("content") or ""
+            if out[-1].get("role") == "user":
+                out[-1] = {**out[-1], "content": _joined(out[-1].get("content") or "", content)}
+            else:
+                out.append({"role": "user", "content": content})
+            folded.add(len(out) - 1)
+        elif role == "user" and len(out) - 1 in folded:
             out[-1] = {
                 **message,
                 "content": _joined(out[-1].get("content") or "", message.get("content") or ""),

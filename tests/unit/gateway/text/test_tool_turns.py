@@ -381,3 +381,102 @@ def test_a_template_that_silently_skips_tool_turns_is_shown_them(tmp_path: Path)
         chat_template=SKIPPING_TEMPLATE,
     )
     assert tok.apply_chat_template(template_messages(runtime, chat_messages())) == want
+
+
+# (family, template file or None for the family's own) -> renders a system turn after the first message.
+LATE_SYSTEM = {
+    ("qwen3", None): True,
+    ("llama3_1", None): True,
+    ("gemma3", None): False,
+}
+
+
+@pytest.mark.parametrize(("family", "template"), list(LATE_SYSTEM))
+def test_the_probe_tells_which_templates_render_a_later_system_turn(
+    family: str, template: str | None
+) -> None:
+    assert tokenizer(family, template).renders_late_system is LATE_SYSTEM[(family, template)]
+
+
+# Claude Code's turn: its reminder and the question (one user turn once the Messages API combines
+# them), then its environment as a system message, the reply, and a user turn after it.
+CLAUDE_CODE_TURNS: list[dict[str, Any]] = [
+    {"role": "user", "content": "<system-reminder>Read chart.png</system-reminder>\n\nWhat is in it?"},
+    {"role": "system", "content": "# Environment\nWorking directory: /work"},
+    {"role": "assistant", "content": "A chart."},
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Output token limit hit. Resume directly."},
+]
+
+
+@pytest.mark.parametrize(("family", "template"), [k for k, renders in LATE_SYSTEM.items() if renders])
+def test_templates_that_render_a_later_system_turn_get_it_unchanged(
+    family: str, template: str | None
+) -> None:
+    want = transformers_render(family, template, CLAUDE_CODE_TURNS)
+    assert gateway_render(family, template, CLAUDE_CODE_TURNS) == want
+
+
+def test_on_gemma_3_a_later_system_turn_is_text_in_the_user_turn_beside_it() -> None:
+    want = transformers_render(
+        "gemma3",
+        None,
+        [
+            {
+                "role": "user",
+                "content": "<system-reminder>Read chart.png</system-reminder>\n\nWhat is in it?\n\n"
+                "# Environment\nWorking directory: /work",
+            },
+            {"role": "assistant", "content": "A chart."},
+            {"role": "user", "content": "Be brief.\n\nOutput token limit hit. Resume directly."},
+        ],
+    )
+    assert gateway_render("gemma3", None, CLAUDE_CODE_TURNS) == want
+    # A leading system prompt stays the template's own; one right after it has no user turn before it.
+    messages = [
+        {"role": "system", "content": "You describe pictures."},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi."},
+    ]
+    want = transformers_render(
+        "gemma3",
+        None,
+        [
+            {"role": "system", "content": "You describe pictures."},
+            {"role": "user", "content": "Be brief.\n\nHi."},
+        ],
+    )
+    assert gateway_render("gemma3", None, messages) == want
+    assert messages[1] == {"role": "system", "content": "Be brief."}  # never changed in place
+
+
+def test_a_later_system_turn_from_the_messages_api_reaches_gemma_3s_template() -> None:
+    request = MessageCreateRequest.model_validate(
+        {
+            "model": "m",
+            "max_tokens": 8,
+            "system": "You describe pictures.",
+            "messages": [
+                {"role": "user", "content": "<system-reminder>Read chart.png</system-reminder>"},
+                {"role": "user", "content": [{"type": "text", "text": "What is in it?"}]},
+                {"role": "system", "content": "# Environment"},
+                {"role": "assistant", "content": [{"type": "text", "text": "A chart."}]},
+                {"role": "user", "content": [{"type": "text", "text": "Resume directly."}]},
+            ],
+        }
+    )
+    want = transformers_render(
+        "gemma3",
+        None,
+        [
+            {"role": "system", "content": "You describe pictures."},
+            {
+                "role": "user",
+                "content": "<system-reminder>Read chart.png</system-reminder>\n\nWhat is in it?"
+                "\n\n# Environment",
+            },
+            {"role": "assistant", "content": "A chart."},
+            {"role": "user", "content": "Resume directly."},
+        ],
+    )
+    assert gateway_render("gemma3", None, to_chat(request).messages) == want
