@@ -517,9 +517,14 @@ def _read_model_info(path: Path, tok: Any) -> ModelTextInfo:
     extra = tuple(dict.fromkeys(i for i in end_ids if i != eos))
     extra_tokens = tuple(str(t) for t in tok.convert_ids_to_tokens(list(extra)))
     max_len: int | None = None
-    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
-        if isinstance(cfg.get(key), int):
-            max_len = int(cfg[key])
+    # A vision-language checkpoint's limits are its text model's (transformers' get_text_config()).
+    text_cfg = cfg.get("text_config")
+    for source in (cfg, text_cfg if isinstance(text_cfg, dict) else {}):
+        for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+            if isinstance(source.get(key), int):
+                max_len = int(source[key])
+                break
+        if max_len is not None:
             break
     if max_len is None:
         tml = getattr(tok, "model_max_length", None)

@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from typing import TypeAlias
 
 import grpc
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
-from gateway.errors import DeadlineExceededError, EngineError, EngineUnavailableError, GatewayError
+from gateway.errors import (
+    ContextLengthExceededError,
+    DeadlineExceededError,
+    EngineError,
+    EngineUnavailableError,
+    GatewayError,
+)
 
 # Keepalive pings within what Triton's gRPC server accepts by default: it takes at most one ping per
 # 5 minutes while it sends no data (--grpc-http2-min-recv-ping-interval-without-data=300000), none
@@ -147,6 +154,21 @@ def is_connection_failure(exc: BaseException) -> bool:
     return isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.UNAVAILABLE
 
 
+# How engines word a prompt longer than the model takes, where the gateway's own check did not know
+# the engine's limit: TensorRT-LLM's LLM API (PyTorch and TensorRT backends), and the C++ backend's
+# "input length N + request_output_len M exceeds ... maximum sequence length".
+TOO_LONG = re.compile(
+    r"(prompt|input)[^.]*(length|tokens?)[^.]*(exceed|greater than|longer than|too long)"
+    r"|exceeds? (the )?max_(seq_len|num_tokens|input_len)",
+    re.IGNORECASE,
+)
+
+
+def too_long_error(detail: str) -> ContextLengthExceededError:
+    # The engine does not know which field held the prompt (messages, prompt, input).
+    return ContextLengthExceededError(f"The prompt is longer than this model accepts: {detail}")
+
+
 def rpc_error(exc: BaseException | str, model: str, url: str | None = None) -> GatewayError:
     """Map a gRPC failure, or an error message in a stream response, to the gateway's errors.
     With `url` (operators' messages, not clients'), an unreachable Triton is named with gRPC's reason."""
@@ -160,11 +182,15 @@ def rpc_error(exc: BaseException | str, model: str, url: str | None = None) -> G
             return DeadlineExceededError("the request timed out in Triton")
         if code == grpc.StatusCode.NOT_FOUND:
             return EngineUnavailableError(f"model {model!r} is not available in Triton: {exc.details()}")
+        if TOO_LONG.search(exc.details() or ""):
+            return too_long_error(exc.details() or "")
         return EngineError(f"Triton failed the request: {exc.details()}")
     message = str(exc)
     lowered = message.lower()
     if "unknown model" in lowered or "not ready" in lowered or "unavailable" in lowered:
         return EngineUnavailableError(f"model {model!r} is not available in Triton: {message}")
+    if TOO_LONG.search(message):
+        return too_long_error(message)
     return EngineError(f"Triton failed the request: {message}")
 
 

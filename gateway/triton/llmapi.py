@@ -10,7 +10,6 @@ the prompt echoed), so those are always sent.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +19,12 @@ from tritonclient.grpc import service_pb2
 
 from gateway.engine import EngineInfo, GenerationRequest
 from gateway.errors import (
-    ContextLengthExceededError,
     EngineError,
     EngineUnavailableError,
     GatewayError,
     InvalidRequestError,
 )
+from gateway.triton.connection import TOO_LONG, too_long_error
 from gateway.triton.tensors import PACK
 
 TEXT_INPUT = "text_input"
@@ -58,12 +57,6 @@ TOKENS_PER_BLOCK_PARAMETER = "tokens_per_block"
 # The model's answer to a request it could not run, and to a cancelled one.
 ERROR_PREFIX = "Error generating request: "
 CANCELLED_MESSAGE = "Request cancelled by client"
-# How the LLM API words a prompt longer than the model takes (PyTorch and TensorRT backends).
-_TOO_LONG = re.compile(
-    r"(prompt|input)[^.]*(length|tokens?)[^.]*(exceed|greater than|longer than|too long)"
-    r"|exceeds? (the )?max_(seq_len|num_tokens|input_len)",
-    re.IGNORECASE,
-)
 
 # The SamplingParams fields (gateway.engine) this contract has inputs for; the request's stop
 # strings are matched by the gateway, and max tokens always sent.
@@ -359,9 +352,8 @@ def _count(datatype: str, raw: bytes) -> int | None:
 def llmapi_error(message: str, model: str) -> GatewayError:
     """The model's error (INTERNAL, `Error generating request: ...`) as the gateway's error."""
     detail = message.split(ERROR_PREFIX, 1)[1] if ERROR_PREFIX in message else message
-    if _TOO_LONG.search(detail):
-        # The engine does not know which field held the prompt (messages, prompt, input).
-        return ContextLengthExceededError(f"The prompt is longer than this model accepts: {detail}")
+    if TOO_LONG.search(detail):
+        return too_long_error(detail)
     lowered = message.lower()
     if "unknown model" in lowered or "not ready" in lowered:
         return EngineUnavailableError(f"model {model!r} is not available in Triton: {message}")

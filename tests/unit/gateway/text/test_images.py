@@ -36,3 +36,16 @@ def test_gemma3_prompt_counts_equal_the_processors(tiny_gemma3_vlm_dir: Path, ti
     assert expand("<start_of_image>", []) == "<start_of_image>"
     # A text-only checkpoint has no expansion.
     assert image_expander(tiny_bpe_dir) is None and not takes_images(tiny_bpe_dir)
+
+
+def test_a_vision_language_checkpoints_context_is_its_text_models(tiny_gemma3_vlm_dir: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    from gateway.text.tokenizer import Tokenizer
+
+    # The checkpoint's limits sit in text_config (its top level has none); the tokenizer's own
+    # model_max_length says more than the model takes.
+    text_config = AutoConfig.from_pretrained(tiny_gemma3_vlm_dir).get_text_config()
+    tokenizer = Tokenizer(tiny_gemma3_vlm_dir)
+    assert tokenizer.info.max_model_len == text_config.max_position_embeddings
+    assert tokenizer.info.max_model_len < AutoTokenizer.from_pretrained(tiny_gemma3_vlm_dir).model_max_length
