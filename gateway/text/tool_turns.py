@@ -72,18 +72,8 @@ def tool_turns_as_text(
             )
             out.append(turn)
         elif role == "tool" and not results_rendered:
-            content = _result(message.get("content"))
-            if out and out[-1].get("role") == "user":
-                out[-1] = {**out[-1], "content": _joined(out[-1].get("content") or "", content)}
-            else:
-                out.append({"role": "user", "content": content})
-            results.add(len(out) - 1)
-        elif role == "user" and out and len(out) - 1 in results:
-            out[-1] = {
-                **message,
-                "content": _joined(out[-1].get("content") or "", message.get("content") or ""),
-            }
-        else:
+            _fold_as_user(out, _result(message.get("content")), results)
+        elif not _joined_to_folded(out, message, results):
             out.append(message)
     return out
 
@@ -104,22 +94,29 @@ def late_system_as_user(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # Indexes in `out` of user turns holding a folded system turn: the turns merged with the next.
     folded: set[int] = set()
     for message in messages[1:]:
-        role = message.get("role")
-        if role == "system":
-            content = message.get("content") or ""
-            if out[-1].get("role") == "user":
-                out[-1] = {**out[-1], "content": _joined(out[-1].get("content") or "", content)}
-            else:
-                out.append({"role": "user", "content": content})
-            folded.add(len(out) - 1)
-        elif role == "user" and len(out) - 1 in folded:
-            out[-1] = {
-                **message,
-                "content": _joined(out[-1].get("content") or "", message.get("content") or ""),
-            }
-        else:
+        if message.get("role") == "system":
+            _fold_as_user(out, message.get("content") or "", folded)
+        elif not _joined_to_folded(out, message, folded):
             out.append(message)
     return out
+
+
+def _fold_as_user(out: list[dict[str, Any]], content: Content, folded: set[int]) -> None:
+    """`content` as user text: joined to the user turn before it, else a user turn of its own;
+    marked in `folded` so that the user turn after it joins too."""
+    if out and out[-1].get("role") == "user":
+        out[-1] = {**out[-1], "content": _joined(out[-1].get("content") or "", content)}
+    else:
+        out.append({"role": "user", "content": content})
+    folded.add(len(out) - 1)
+
+
+def _joined_to_folded(out: list[dict[str, Any]], message: dict[str, Any], folded: set[int]) -> bool:
+    """Joins a user turn that follows a folded one onto it (a new turn would break alternation)."""
+    if message.get("role") != "user" or not out or len(out) - 1 not in folded:
+        return False
+    out[-1] = {**message, "content": _joined(out[-1].get("content") or "", message.get("content") or "")}
+    return True
 
 
 def _calls_text(calls: Sequence[dict[str, Any]], arguments_key: str) -> str:
