@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 # The TensorRT-LLM backend's words for a task id it does not hold (every version since v0.9) and
 # for a LoRA cache whose adapters are all in use (older, then newer wording).
+# How long a stop request for a dropped stream may take to reach Triton (also at shutdown).
+STOP_REQUEST_TIMEOUT_S = 10.0
 LORA_NOT_CACHED = "not found in cache. Please send LoRA weights with request"
 LORA_CACHE_FULL = ("Cache is full. There are no done tasks to evict", "PEFT Cache is full")
 
@@ -261,8 +263,14 @@ class TritonAdapter:
         return False
 
     async def close(self) -> None:
-        # The pool is shared by every model and closed by its owner.
-        return None
+        """Sends the stop requests still on their way before the pool (shared by every model, closed
+        by its owner) goes: streams cut when the shutdown grace period ends leave their ensemble
+        requests running in the engine until these reach it (a closed stream is not passed on to
+        the composing models), so a worker must not exit before."""
+        adapters = [self, *([self._lora_route] if self._lora_route is not None else [])]
+        pending = {task for adapter in adapters for task in adapter._background}
+        if pending:
+            await asyncio.wait(pending, timeout=STOP_REQUEST_TIMEOUT_S)
 
     async def lora_engine(self) -> Engine:
         """This adapter where its model takes LoRA inputs; else, for an ensemble older than
@@ -570,7 +578,9 @@ class TritonAdapter:
                 yield stop
 
             try:
-                async for response in endpoint.connection.stub.ModelStreamInfer(one(), timeout=10):
+                async for response in endpoint.connection.stub.ModelStreamInfer(
+                    one(), timeout=STOP_REQUEST_TIMEOUT_S
+                ):
                     if response.error_message:
                         logger.warning("stop request for %s failed: %s", request_id, response.error_message)
                     break

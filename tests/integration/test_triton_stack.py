@@ -20,7 +20,6 @@ from tests.integration.conftest import (
     FAMILY_LAYOUT,
     STACK_LAYOUT,
     STOCK_LAYOUT,
-    SYNTHETIC_STEP_MS,
     StackModel,
     StreamResponse,
     TritonStack,
@@ -609,19 +608,18 @@ def test_synthetic_engine_is_deterministic_and_interleaves_many_streams(triton_s
         with lock:
             results.append(len(ids))
 
-    started = time.monotonic()
     threads = [threading.Thread(target=run, args=(i,)) for i in range(streams)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(60)
-    elapsed = time.monotonic() - started
 
     assert results == [max_tokens] * streams
-    # Interleaved in one loop: far fewer steps (and far less time) than streams x tokens.
+    # Interleaved in one loop: far fewer engine steps than streams x tokens (one after the other
+    # would take 1000). The engine's own count, not the wall time, which a busy machine stretches
+    # (40 clients starting their streams took over 5 s on one).
     steps = triton_stack.metric("trtllm_cpu_engine_steps_total", **labels) - steps_before
     assert steps < streams * max_tokens / 4
-    assert elapsed < streams * max_tokens * SYNTHETIC_STEP_MS / 1000 / 4
 
 
 def test_ensemble_stop_words_are_tokenized_alone_and_end_generation(triton_stack: TritonStack) -> None:
