@@ -235,21 +235,21 @@ class Tokenizer:
         raises on the probe does not."""
         if not self.has_chat_template:
             return True
-        try:
-            rendered = self.apply_chat_template(list(_PROBE_LATE_SYSTEM))
-        except Exception:  # jinja raises arbitrary errors: the template does not take it
-            return False
-        return _PROBE_SYSTEM in rendered
+        return _PROBE_SYSTEM in self._probe([list(_PROBE_LATE_SYSTEM)])
 
     def _probe_tool_turns(self, endings: Sequence[dict[str, Any]]) -> str:
         """The renders of the probe conversation (a user turn, an assistant turn with a call) with
         each ending in turn, joined; those the template refuses left out."""
+        return self._probe([[*_PROBE_CALL_TURNS, ending] for ending in endings])
+
+    def _probe(self, conversations: Sequence[list[dict[str, Any]]]) -> str:
+        """The renders of probe conversations, joined; those the template refuses left out."""
         if not self.has_chat_template:
             return ""
         rendered = []
-        for ending in endings:
+        for messages in conversations:
             try:
-                rendered.append(self.apply_chat_template([*_PROBE_CALL_TURNS, ending]))
+                rendered.append(self.apply_chat_template(messages))
             except Exception:  # jinja raises arbitrary errors: the template does not take it
                 continue
         return "\n".join(rendered)
