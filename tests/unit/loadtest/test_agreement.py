@@ -109,7 +109,12 @@ async def server_url():
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(fake_server, lifespan="off", log_level="warning", access_log=False)
+    # Idle keep-alive connections stay open: uvicorn's 5 s default closes one that a target opened and
+    # then left idle while its process stalled (a full collection on a loaded machine), and the next
+    # request on it is reset, which is the server's idle policy, not what these tests measure.
+    config = uvicorn.Config(
+        fake_server, lifespan="off", log_level="warning", access_log=False, timeout_keep_alive=600
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
