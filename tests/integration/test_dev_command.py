@@ -15,8 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
-
+from tests.support import http_client
 from tests.support.gateway_process import free_port
 
 STARTUP_TIMEOUT_S = 300.0
@@ -52,7 +51,7 @@ def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser()
         # It is printed once the gateway serves: it accepts a connection, and its model is ready.
         with socket.create_connection(("127.0.0.1", port), timeout=1.0):
             pass
-        assert httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=10).status_code == 200
+        assert http_client.get(f"http://127.0.0.1:{port}/health/ready", timeout=10).status_code == 200
         tokenizer = line.split("tokenizer ", 1)[1].split(")", 1)[0]
         assert (Path(tokenizer) / "tokenizer.json").is_file()
         curl, check = lines.get(timeout=5).strip(), lines.get(timeout=5).strip()
@@ -71,7 +70,7 @@ def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser()
             )
             assert ran.returncode == 0 and '"chat.completion"' in ran.stdout, ran.stdout + ran.stderr
         tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-        r = httpx.post(
+        r = http_client.post(
             f"http://127.0.0.1:{port}/v1/chat/completions",
             json={
                 "model": "tiny",

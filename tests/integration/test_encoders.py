@@ -12,13 +12,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
 from deploy.devstack import TritonServer
 from deploy.encoder_repo import render_encoder_repository
 from deploy.tiny_encoder import build_tiny_encoder
+from tests.support import http_client
 from tests.support.docs_snippets import ROOT, RUNNABLE, SHELL, Block, all_blocks
 from tests.support.gateway_process import GatewayProcess
 
@@ -130,18 +130,18 @@ def test_openai_sdk_embeddings_equal_the_reference_pooling(
 
 def test_base64_is_little_endian_float32(stack: Stack, reference: Reference) -> None:
     body = {"model": "tiny-embed", "input": TEXTS[1], "encoding_format": "base64"}
-    data = httpx.post(stack.base_url + "/v1/embeddings", json=body, timeout=60).json()["data"][0]
+    data = http_client.post(stack.base_url + "/v1/embeddings", json=body, timeout=60).json()["data"][0]
     vector = np.frombuffer(base64.b64decode(data["embedding"]), dtype="<f4")
     assert _cosine(vector, reference.encode([TEXTS[1]])[0]) >= 0.9999
 
 
 def test_matryoshka_dimensions_are_truncated_and_renormalized(stack: Stack, reference: Reference) -> None:
     body = {"model": "tiny-embed", "input": TEXTS, "dimensions": 16}
-    got = httpx.post(stack.base_url + "/v1/embeddings", json=body, timeout=60).json()["data"]
+    got = http_client.post(stack.base_url + "/v1/embeddings", json=body, timeout=60).json()["data"]
     full = reference.encode(TEXTS)
     want = full[:, :16] / np.linalg.norm(full[:, :16], axis=1, keepdims=True)
     _assert_close([d["embedding"] for d in got], want)
-    refused = httpx.post(stack.base_url + "/v1/embeddings", json={**body, "dimensions": 12}, timeout=60)
+    refused = http_client.post(stack.base_url + "/v1/embeddings", json={**body, "dimensions": 12}, timeout=60)
     assert refused.status_code == 400
     assert refused.json()["error"]["param"] == "dimensions"
 
@@ -171,7 +171,7 @@ def test_rerank_and_score_equal_the_cross_encoders_logits(stack: Stack) -> None:
         batch = tokenizer([QUERY] * len(TEXTS), TEXTS, padding=True, return_tensors="pt")
         logits = model(**batch).logits[:, 0].numpy().astype(np.float64)
     probs = 1 / (1 + np.exp(-logits))
-    reranked = httpx.post(
+    reranked = http_client.post(
         stack.base_url + "/v1/rerank",
         json={"model": "tiny-rerank", "query": QUERY, "documents": TEXTS, "top_n": 2},
         timeout=60,
@@ -180,7 +180,7 @@ def test_rerank_and_score_equal_the_cross_encoders_logits(stack: Stack) -> None:
     assert [r["index"] for r in reranked["results"]] == order
     assert np.allclose([r["relevance_score"] for r in reranked["results"]], probs[order], atol=1e-5)
     assert reranked["results"][0]["document"]["text"] == TEXTS[order[0]]
-    scored = httpx.post(
+    scored = http_client.post(
         stack.base_url + "/v1/score",
         json={"model": "tiny-rerank", "text_1": QUERY, "text_2": TEXTS, "use_activation": False},
         timeout=60,
@@ -206,20 +206,20 @@ def test_rerank_and_score_equal_the_cross_encoders_logits(stack: Stack) -> None:
     ],
 )
 def test_hostile_inputs_are_4xx_in_openais_shape(stack: Stack, path: str, body: dict[str, object]) -> None:
-    response = httpx.post(stack.base_url + path, json=body, timeout=60)
+    response = http_client.post(stack.base_url + path, json=body, timeout=60)
     assert 400 <= response.status_code < 500, response.text
     assert isinstance(response.json()["error"]["message"], str)
 
 
 def test_truncate_prompt_tokens_cuts_a_long_input(stack: Stack) -> None:
     body = {"model": "tiny-embed", "input": " ".join(["word"] * 400), "truncate_prompt_tokens": 16}
-    response = httpx.post(stack.base_url + "/v1/embeddings", json=body, timeout=60)
+    response = http_client.post(stack.base_url + "/v1/embeddings", json=body, timeout=60)
     assert response.status_code == 200, response.text
     assert response.json()["usage"]["prompt_tokens"] == 16
 
 
 def test_models_lists_the_encoders(stack: Stack) -> None:
-    ids = {m["id"] for m in httpx.get(stack.base_url + "/v1/models", timeout=10).json()["data"]}
+    ids = {m["id"] for m in http_client.get(stack.base_url + "/v1/models", timeout=10).json()["data"]}
     assert {"tiny-embed", "tiny-embed-text", "tiny-rerank"} <= ids
 
 

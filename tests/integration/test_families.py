@@ -21,6 +21,7 @@ import pytest
 
 from deploy.families import FAMILIES
 from tests.integration.conftest import TritonStack, family_model_spec, family_routes
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -116,7 +117,7 @@ def ask(base: str, api: str, model: str, *, stream: bool, **extra: Any) -> tuple
     body = {"model": model, "temperature": 0, "stream": stream, **body, **extra}
     if stream and api in ("chat", "completions"):
         body["stream_options"] = {"include_usage": True}
-    with httpx.stream("POST", base + path, json=body, timeout=120) as r:
+    with http_client.stream("POST", base + path, json=body, timeout=120) as r:
         if r.status_code != 200:
             r.read()
             raise AssertionError(f"{api} {model}: {r.status_code} {r.text}")
@@ -195,7 +196,9 @@ def test_every_api_and_route_answers_as_transformers(
             ({"messages": MESSAGES}, chat.prompt_ids),
             ({"prompt": RAW_PROMPT}, raw.prompt_ids),
         ):
-            shown = httpx.post(gateway.base_url + "/tokenize", json={"model": model, **body}, timeout=60)
+            shown = http_client.post(
+                gateway.base_url + "/tokenize", json={"model": model, **body}, timeout=60
+            )
             assert shown.json()["tokens"] == ids, (model, body)
         for api in ("chat", "completions", "responses", "messages"):
             expected = raw if api == "completions" else chat
@@ -212,7 +215,7 @@ def _chat(base: str, model: str, *, stream: bool, **extra: Any) -> tuple[str, st
     """(content, finish reason, logprobs content entries) of one greedy chat request."""
     body = {"model": model, "messages": MESSAGES, "max_tokens": MAX_TOKENS, "temperature": 0, **extra}
     if not stream:
-        r = httpx.post(base + "/v1/chat/completions", json=body, timeout=120)
+        r = http_client.post(base + "/v1/chat/completions", json=body, timeout=120)
         assert r.status_code == 200, r.text
         choice = r.json()["choices"][0]
         return (
@@ -221,7 +224,9 @@ def _chat(base: str, model: str, *, stream: bool, **extra: Any) -> tuple[str, st
             (choice["logprobs"] or {}).get("content") or [],
         )
     text, finish, entries = "", "", []
-    with httpx.stream("POST", base + "/v1/chat/completions", json={**body, "stream": True}, timeout=120) as r:
+    with http_client.stream(
+        "POST", base + "/v1/chat/completions", json={**body, "stream": True}, timeout=120
+    ) as r:
         assert r.status_code == 200
         for event in _sse(r):
             for c in event["choices"]:
@@ -242,7 +247,7 @@ def _stopped(base: str, api: str, model: str, *, stream: bool, stop: str) -> tup
     }[api]
     body = {"model": model, "temperature": 0, "stream": stream, **body, **extra}
     if not stream:
-        r = httpx.post(base + path, json=body, timeout=120)
+        r = http_client.post(base + path, json=body, timeout=120)
         assert r.status_code == 200, r.text
         data = r.json()
         if api == "messages":
@@ -253,7 +258,7 @@ def _stopped(base: str, api: str, model: str, *, stream: bool, stop: str) -> tup
         choice = data["choices"][0]
         text = (choice["message"]["content"] or "") if api == "chat" else choice["text"]
         return text, choice["finish_reason"]
-    with httpx.stream("POST", base + path, json=body, timeout=120) as r:
+    with http_client.stream("POST", base + path, json=body, timeout=120) as r:
         assert r.status_code == 200
         events = _sse(r)
     if api == "responses":

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
@@ -33,6 +32,7 @@ from tests.integration.test_family_tool_calls import (
     regex_literal,
     streamed_chat,
 )
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -246,7 +246,7 @@ def test_the_call_and_its_result_go_back_through_the_template(
     )
     assert expected.endswith("<|start|>assistant")
 
-    tokenized = httpx.post(
+    tokenized = http_client.post(
         gateway.base_url + "/tokenize", json={"model": "gptoss", "messages": history, "tools": TOOLS}
     )
     assert tokenized.status_code == 200, tokenized.text

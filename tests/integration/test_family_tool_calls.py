@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
 from gateway.text.tokenizer import Tokenizer
 from tests.integration.conftest import TritonStack, family_model_spec
+from tests.support import http_client
 from tests.support.client_venv import client_python
 from tests.support.gateway_process import GatewayProcess
 
@@ -454,7 +454,7 @@ def test_a_mistral_conversation_goes_back_through_its_own_template_with_any_clie
             tokenize=True,
         )
         expected = list(expected["input_ids"] if hasattr(expected, "keys") else expected)
-        shown = httpx.post(
+        shown = http_client.post(
             gateway.base_url + "/tokenize",
             json={"model": "mistral", "messages": history, "tools": TOOLS},
             timeout=60,
@@ -747,7 +747,7 @@ def test_a_forced_calls_result_goes_back_through_a_template_without_a_tool_turn(
     ]
     second = sdk.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=8)
     assert second.choices[0].finish_reason in ("stop", "length")
-    tokens = httpx.post(
+    tokens = http_client.post(
         gateway.base_url + "/tokenize", json={"model": model, "messages": messages}, timeout=60
     ).json()["tokens"]
     shown = Tokenizer(triton_stack.models[f"family_{model}"].tokenizer_dir).decode(

@@ -9,11 +9,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from tests.integration.conftest import TritonStack, llmapi_model_spec
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 from tests.support.openai_schema import validate
 
@@ -93,13 +93,13 @@ def test_openai_sdk_chat_and_completions_validate_against_the_official_schemas(
 ) -> None:
     base = gateway.base_url
     messages = [{"role": "user", "content": "Say something"}]
-    r = httpx.post(
+    r = http_client.post(
         f"{base}/v1/chat/completions", json={"model": model, "messages": messages, "max_tokens": 8}
     )
     validate("CreateChatCompletionResponse", r.json())
-    r = httpx.post(f"{base}/v1/completions", json={"model": model, "prompt": "Once", "max_tokens": 8})
+    r = http_client.post(f"{base}/v1/completions", json={"model": model, "prompt": "Once", "max_tokens": 8})
     validate("CreateCompletionResponse", r.json())
-    validate("ListModelsResponse", httpx.get(f"{base}/v1/models").json())
+    validate("ListModelsResponse", http_client.get(f"{base}/v1/models").json())
     for path, body, schema in (
         (
             "/v1/chat/completions",
@@ -109,7 +109,7 @@ def test_openai_sdk_chat_and_completions_validate_against_the_official_schemas(
         ("/v1/completions", {"model": model, "prompt": "Once"}, "CreateCompletionResponse.stream"),
     ):
         payload = {**body, "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}, "n": 2}
-        with httpx.stream("POST", base + path, json=payload) as r:
+        with http_client.stream("POST", base + path, json=payload) as r:
             events = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
         for event in events[:-2]:
@@ -320,7 +320,7 @@ def test_the_ensemble_route_the_engine_route_and_the_llmapi_model_agree(
 def test_bad_requests_are_openai_errors(
     gateway: GatewayProcess, model: str, body: dict, status: int, code: str | None
 ) -> None:
-    r = httpx.post(gateway.base_url + "/v1/completions", json={"model": model, **body})
+    r = http_client.post(gateway.base_url + "/v1/completions", json={"model": model, **body})
     assert r.status_code == status
     validate("ErrorResponse", r.json())
     assert r.json()["error"]["code"] == code

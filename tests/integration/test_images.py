@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
+from tests.support import http_client
 from tests.support.gateway_process import free_port
 from tests.support.images import data_uri_of as data_uri
 from tests.support.images import image_bytes
@@ -142,7 +142,7 @@ def _openai_parts(parts: list[dict[str, Any]], images: list[bytes]) -> list[dict
 
 
 def test_models_list_says_it_takes_images(stack: Stack) -> None:
-    models = httpx.get(f"{stack.url}/v1/models", timeout=30).json()["data"]
+    models = http_client.get(f"{stack.url}/v1/models", timeout=30).json()["data"]
     assert models[0]["input_modalities"] == ["text", "image"]
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from deploy.devstack import DEV_TOKENS_PER_BLOCK
 from tests.integration.conftest import TritonStack
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ def _chat(gateway: GatewayProcess, model: str, content: str, *, stream: bool = F
     }
     if stream:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
-    r = httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=60)
+    r = http_client.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 200, r.text
     if not stream:
         return r.json()["usage"]

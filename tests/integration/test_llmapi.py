@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import numpy as np
 import openai
 import pytest
 
 from tests.integration.conftest import LLMAPI_LAYOUT, LlmapiModel, TritonStack, stream_infer
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess, free_port
 from tests.support.openai_schema import validate
 
@@ -193,7 +193,7 @@ def test_messages_and_responses_over_the_llmapi_model(
 def test_what_the_llmapi_model_cannot_do_is_a_400_naming_the_parameter(
     body: dict[str, Any], param: str, gateway: GatewayProcess
 ) -> None:
-    r = httpx.post(
+    r = http_client.post(
         gateway.base_url + "/v1/chat/completions",
         json={"model": "llmapi_current", "messages": USER, "max_tokens": 4, **body},
         timeout=30,
@@ -204,7 +204,7 @@ def test_what_the_llmapi_model_cannot_do_is_a_400_naming_the_parameter(
 
 
 def test_a_too_long_prompt_is_refused_before_it_is_sent(gateway: GatewayProcess) -> None:
-    r = httpx.post(
+    r = http_client.post(
         gateway.base_url + "/v1/completions",
         json={"model": "llmapi_current", "prompt": "hello " * 2000, "max_tokens": 4},
         timeout=30,

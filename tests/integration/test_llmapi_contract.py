@@ -26,6 +26,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.conftest import TritonStack, _infer_input, stream_infer
+from tests.support import http_client
 from tests.support.anthropic_errors import assert_error
 from tests.support.gateway_process import GatewayProcess
 from tests.support.lora import write_numpy_adapter
@@ -280,7 +281,7 @@ def gateway(triton_stack: TritonStack, adapter: Path) -> Iterator[GatewayProcess
 
 
 def _post(gateway: GatewayProcess, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(gateway.base_url + path, json=body, timeout=120)
+    return http_client.post(gateway.base_url + path, json=body, timeout=120)
 
 
 def test_the_gateway_refuses_itself_what_the_model_would_not_answer(gateway: GatewayProcess) -> None:
@@ -302,7 +303,7 @@ def test_the_gateway_refuses_itself_what_the_model_would_not_answer(gateway: Gat
         "/v1/chat/completions",
         {"model": "tiny-whole", "messages": user, "max_tokens": 6, "temperature": 0},
     ).json()
-    with httpx.stream(
+    with http_client.stream(
         "POST",
         gateway.base_url + "/v1/chat/completions",
         json={"model": "tiny-whole", "messages": user, "max_tokens": 6, "temperature": 0, "stream": True},

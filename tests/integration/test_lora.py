@@ -22,6 +22,7 @@ import pytest
 
 from gateway.text.tokenizer import Tokenizer
 from tests.integration.conftest import LORA_CACHE_ADAPTERS, TritonStack
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 from tests.support.lora import convert_like_hf_lora_convert, make_peft_adapter, reference_greedy
 
@@ -125,7 +126,7 @@ def complete(sdk: openai.OpenAI, model: str, prompt: str, stream: bool) -> str:
 
 def gateway_metric(gateway: GatewayProcess, name: str, **labels: str) -> float:
     total = 0.0
-    for line in httpx.get(gateway.base_url + "/metrics").text.splitlines():
+    for line in http_client.get(gateway.base_url + "/metrics").text.splitlines():
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
@@ -228,7 +229,7 @@ def test_anthropic_sdk_on_messages_with_an_adapter(gateway: GatewayProcess) -> N
 def _admin(
     gateway: GatewayProcess, path: str, body: dict[str, object], key: str = ADMIN_KEY
 ) -> httpx.Response:
-    return httpx.post(
+    return http_client.post(
         gateway.base_url + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=60
     )
 
@@ -254,15 +255,15 @@ def test_dynamic_loading_and_hostile_inputs_get_clear_4xx_and_change_nothing(
             (links / file.name).symlink_to(file)
     # Hostile names on every API: 404 in each API's shape.
     for name in ("../../etc/passwd", "a/b", "tiny-engine:..", "tiny-engine:e0/../e1"):
-        r = httpx.post(
+        r = http_client.post(
             gateway.base_url + "/v1/completions", json={"model": name, "prompt": "x", "max_tokens": 2}
         )
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", name
-        r = httpx.post(
+        r = http_client.post(
             gateway.base_url + "/v1/responses", json={"model": name, "input": "x", "max_output_tokens": 16}
         )
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", name
-        r = httpx.post(
+        r = http_client.post(
             gateway.base_url + "/v1/messages",
             json={"model": name, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]},
         )

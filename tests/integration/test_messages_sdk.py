@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
-import httpx
 import pytest
 
 from tests.integration.conftest import TritonStack, llmapi_model_spec
+from tests.support import http_client
 from tests.support.anthropic_errors import assert_error
 from tests.support.gateway_process import GatewayProcess
 from tests.support.refusals import anthropic_refusal
@@ -236,5 +236,7 @@ def test_a_full_gateway_raises_rate_limit_error(client: anthropic.Anthropic) -> 
 def test_bad_input_is_an_anthropic_400_never_a_500(
     gateway: GatewayProcess, payload: dict, message: str
 ) -> None:
-    r = httpx.post(gateway.base_url + "/v1/messages", json=payload, headers={"x-api-key": KEY}, timeout=30)
+    r = http_client.post(
+        gateway.base_url + "/v1/messages", json=payload, headers={"x-api-key": KEY}, timeout=30
+    )
     assert_error(r, 400, "invalid_request_error", message=message)

@@ -23,6 +23,7 @@ from deploy.devstack import TritonServer
 from deploy.model_repo import render_repository
 from deploy.tiny_model import build_tiny_model
 from tests.integration.conftest import StreamResponse, scalar, stream_infer
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 from tests.support.waiting import wait_until
 
@@ -230,7 +231,7 @@ def test_completions_stream_through_the_native_engine_as_through_the_python_one(
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        r = httpx.post(gateway.base_url + "/v1/completions", json=body, timeout=60)
+        r = http_client.post(gateway.base_url + "/v1/completions", json=body, timeout=60)
         assert r.status_code == 200, r.text
         events = sse_events(r.text)
         usage = events[-1]["usage"]
@@ -244,12 +245,12 @@ def test_completions_stream_through_the_native_engine_as_through_the_python_one(
 
 def test_chat_whole_and_streamed_through_the_native_engine(gateway: GatewayProcess) -> None:
     body = {"model": "native", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6, "seed": 7}
-    r = httpx.post(gateway.base_url + "/v1/chat/completions", json=body, timeout=60)
+    r = http_client.post(gateway.base_url + "/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 200, r.text
     whole = r.json()
     assert whole["choices"][0]["finish_reason"] == "length"
     assert whole["usage"]["completion_tokens"] == 6
-    streamed = httpx.post(
+    streamed = http_client.post(
         gateway.base_url + "/v1/chat/completions",
         json={**body, "stream": True, "stream_options": {"include_usage": True}},
         timeout=60,

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from deploy.devstack import TritonServer, prepare_dev_repository
-from tests.support import anthropic_errors
+from tests.support import anthropic_errors, http_client
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ async def test_a_full_gateway_queue_sheds_the_least_urgent_with_429_in_each_apis
         url = f"{gateway.base_url}/v1/chat/completions"
 
         def queued() -> bool:
-            return "gateway_requests_queued 1.0" in httpx.get(f"{gateway.base_url}/metrics").text
+            return "gateway_requests_queued 1.0" in http_client.get(f"{gateway.base_url}/metrics").text
 
         async with httpx.AsyncClient(timeout=60) as client:
             started = asyncio.Event()

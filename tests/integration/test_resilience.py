@@ -15,6 +15,7 @@ import pytest
 from deploy.devstack import TritonServer
 from deploy.model_repo import render_repository
 from tests.integration.conftest import TritonStack
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 from tests.support.waiting import wait_until
 
@@ -174,7 +175,7 @@ async def test_two_hundred_dropped_streams_leave_nothing_running(
 
         def settled() -> bool:
             # The scrape itself is the one request in flight.
-            scraped[:] = [httpx.get(gw.base_url + "/metrics", timeout=10).text]
+            scraped[:] = [http_client.get(gw.base_url + "/metrics", timeout=10).text]
             return "gateway_requests_in_flight 1.0" in scraped[0]
 
         await wait_until(settled, timeout=SETTLE_S, interval=0.05)
@@ -317,7 +318,7 @@ def test_gateway_dev_leaves_no_process_behind(signum: int) -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
+                if http_client.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

@@ -17,12 +17,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from tests.integration.conftest import STOCK_LAYOUT, StackModel, TritonStack
 from tests.integration.test_triton_stack import hf_greedy
+from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.integration
@@ -204,13 +204,13 @@ def test_guided_decoding_not_set_up_is_a_400_naming_the_parameter(
     # Engines rendered as upstream's quick start leaves them: guided_decoding_backend unset.
     name = served_name(f"stock_bpe_{variant}_whole", route)
     messages = [{"role": "user", "content": "Hi"}]
-    r = httpx.post(
+    r = http_client.post(
         gateway.base_url + "/v1/chat/completions",
         json={"model": name, "messages": messages, "response_format": {"type": "json_object"}},
     )
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-    r = httpx.post(
+    r = http_client.post(
         gateway.base_url + "/v1/chat/completions",
         json={"model": name, "messages": messages, "tools": [tool], "tool_choice": "required"},
     )

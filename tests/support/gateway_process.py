@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from deploy.devstack import DevRepository, TritonServer, prepare_dev_repository
+from tests.support import http_client
 
 # The Triton models `gateway dev --engine` serves: the C++ repository, and a CPU stand-in of
 # TensorRT-LLM's llmapi model (agent tests run over both).
@@ -59,7 +60,7 @@ class GatewayProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited ({self.process.returncode}):\n{self.log_text()}")
             try:
-                if httpx.get(self.base_url + wait, timeout=1.0).status_code == 200:
+                if http_client.get(self.base_url + wait, timeout=1.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
