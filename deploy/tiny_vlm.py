@@ -7,7 +7,12 @@ the two-layer text body of the family's tiny model, plus the processor's configu
 ``AutoProcessor`` and ``AutoModelForImageTextToText`` load it offline. Built once, deterministic,
 cached by content like the family models.
 
-    python -m deploy.tiny_vlm build gemma3   # prints the model directory
+``gemma3-agent`` is the same model for agent clients, which sample at temperature 1 and fail a
+reply cut at their output limit: its weights make the end-of-turn tokens likely at every step, so
+a sampled reply ends within tens of tokens (the random 262k vocabulary alone almost never ends).
+
+    python -m deploy.tiny_vlm build gemma3         # prints the model directory
+    python -m deploy.tiny_vlm build gemma3-agent   # the variant for agent clients
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import logging
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +39,17 @@ PATCH_SIZE: Final = 8
 # Soft tokens an image becomes (a square: the 4x4 patches average-pooled to 2x2).
 IMAGE_TOKENS: Final = 4
 
+# The agent variant's end signal. One residual dimension is reserved for it: every token's
+# embedding holds END_SIGNAL there (times Gemma's sqrt(hidden) embedding scale, about as large as
+# the rest of the residual together, so after the final RMS norm it is a steady ~5.4 whatever the
+# token), no layer reads or writes it, and only the end tokens' lm_head rows weigh it, by
+# END_WEIGHT: each end token's logit stands ~8.1 where the other 262k logits sum to about e^12.8,
+# ~1.5% a step for each of Gemma's two end tokens (measured together: median 2.7%, 0.8-10% across
+# positions), so a reply sampled at temperature 1 ends after ~35 tokens on average, and one in
+# ~10^8 runs past 600 (sized by ln(vocabulary x a few percent), then measured).
+END_SIGNAL: Final = 2.0
+END_WEIGHT: Final = 1.5
+
 
 @dataclass(frozen=True, slots=True)
 class VisionRecipe:
@@ -44,22 +60,28 @@ class VisionRecipe:
     # Keys of the family's text body left out of the language model's config (the multimodal
     # config ties its own embeddings and takes its vocabulary from the tokenizer).
     text_overrides: Mapping[str, Any]
+    # Whether sampled replies end on their own (the agent variant's end signal, above); without
+    # it the random model's answers are what tests compare with transformers' greedy ones.
+    ends_replies: bool = False
 
+
+_GEMMA3: Final = VisionRecipe(
+    "gemma3",
+    vision={
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "image_size": IMAGE_SIZE,
+        "patch_size": PATCH_SIZE,
+        "vision_use_head": False,
+    },
+    text_overrides={"tie_word_embeddings": False},
+)
 
 VLM_RECIPES: Final[dict[str, VisionRecipe]] = {
-    "gemma3": VisionRecipe(
-        "gemma3",
-        vision={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "image_size": IMAGE_SIZE,
-            "patch_size": PATCH_SIZE,
-            "vision_use_head": False,
-        },
-        text_overrides={"tie_word_embeddings": False},
-    ),
+    "gemma3": _GEMMA3,
+    "gemma3-agent": replace(_GEMMA3, ends_replies=True),
 }
 
 
@@ -126,6 +148,8 @@ def _save_gemma3(recipe: VisionRecipe, out: Path) -> None:
         # image the same to the language model: a random one makes the answer depend on the image.
         with torch.no_grad():
             model.model.multi_modal_projector.mm_input_projection_weight.normal_(0.0, 0.2)
+    if recipe.ends_replies:
+        _add_end_signal(model, ends, _reply_opening(tokenizer))
     model.eval()
     model.generation_config = GenerationConfig(
         bos_token_id=tokenizer.bos_token_id,
@@ -145,12 +169,44 @@ def _save_gemma3(recipe: VisionRecipe, out: Path) -> None:
     processor.save_pretrained(out)
 
 
+def _reply_opening(tokenizer: Any) -> int:
+    """The last token of the template's generation prompt (Gemma's ``\\n`` after ``model``)."""
+    turn = [{"role": "user", "content": "x"}]
+    prompt = tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    return int(ids[-1])
+
+
+def _add_end_signal(model: Any, ends: Sequence[int], opening: int) -> None:
+    """Reserve the residual's last dimension for the end signal (see END_SIGNAL)."""
+    import torch
+
+    text = model.model.language_model
+    reserved = text.config.hidden_size - 1
+    with torch.no_grad():
+        text.embed_tokens.weight[:, reserved] = END_SIGNAL
+        # The token that opens every reply carries none, so no reply is empty; mid-reply it only
+        # delays the end by a step.
+        text.embed_tokens.weight[opening, reserved] = 0.0
+        for layer in text.layers:
+            # No layer reads the dimension (the layers see the tokens and the image through the
+            # others, as random as in the default model) or writes it (it reaches the final norm
+            # as the embedding put it).
+            attention, mlp = layer.self_attn, layer.mlp
+            for read in (attention.q_proj, attention.k_proj, attention.v_proj, mlp.gate_proj, mlp.up_proj):
+                read.weight[:, reserved] = 0.0
+            attention.o_proj.weight[reserved, :] = 0.0
+            mlp.down_proj.weight[reserved, :] = 0.0
+        model.lm_head.weight[:, reserved] = 0.0
+        model.lm_head.weight[list(ends), reserved] = END_WEIGHT
+
+
 def build_vlm_model(name: str, *, cache_root: Path | None = None) -> Path:
     """Return the directory of the family's tiny vision-language model, building it on first use
     (in the model cache, ``$GATEWAY_CACHE_DIR`` or ``~/.cache/trtllm-gateway``, keyed by content)."""
     recipe = _recipe(name)
     root = (cache_root or default_cache_root()).expanduser()
-    final = root / f"vlm-{recipe.family}-{_model_key(recipe)}"
+    final = root / f"vlm-{name}-{_model_key(recipe)}"
 
     def build(out: Path) -> None:
         source = tokenizer_dir(recipe.family)
@@ -177,10 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.tiny_vlm", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build (or reuse) a family's tiny vision-language model")
-    build.add_argument("family", choices=tuple(VLM_RECIPES))
+    build.add_argument("model", choices=tuple(VLM_RECIPES))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    sys.stdout.write(f"{build_vlm_model(args.family)}\n")
+    sys.stdout.write(f"{build_vlm_model(args.model)}\n")
     return 0
 
 
