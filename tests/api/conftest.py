@@ -10,10 +10,10 @@ from sse_starlette.sse import AppStatus
 
 from gateway.app import create_app
 from gateway.config import ServedModel, Settings
-from gateway.text.tokenizer import Tokenizer
 from tests.support.fake_engine import FakeEngine
 from tests.support.fixtures import tiny_agent_dir, tiny_bpe_dir, tiny_metaspace_dir  # noqa: F401
 from tests.support.redis_server import redis_server, redis_url  # noqa: F401
+from tests.support.tokenizers import loaded_tokenizer
 
 MakeClient = Callable[..., Awaitable[tuple[httpx.AsyncClient, FakeEngine]]]
 
@@ -35,7 +35,7 @@ async def make_client(tiny_bpe_dir: Path) -> AsyncIterator[MakeClient]:  # noqa:
         engines: list[FakeEngine] = []
 
         def engine_factory(model: ServedModel) -> FakeEngine:
-            engine = FakeEngine(Tokenizer(model.tokenizer), **engine_kwargs)
+            engine = FakeEngine(loaded_tokenizer(model.tokenizer), **engine_kwargs)
             engines.append(engine)
             return engine
 
@@ -43,7 +43,12 @@ async def make_client(tiny_bpe_dir: Path) -> AsyncIterator[MakeClient]:  # noqa:
             models=[ServedModel(name="tiny", tokenizer=tokenizer_dir or tiny_bpe_dir, **(model or {}))],
             **(settings or {}),
         )
-        app = create_app(config, engine_factory=engine_factory)
+        served = config.models[0]
+        app = create_app(
+            config,
+            engine_factory=engine_factory,
+            tokenizers={served.name: loaded_tokenizer(served.tokenizer, served.chat_template)},
+        )
         ctx = app.router.lifespan_context(app)
         await ctx.__aenter__()
         contexts.append(ctx)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.text.tokenizer import Tokenizer
 from tests.api.conftest import MakeClient
 from tests.api.test_chat_api import REPLY, chunks_of
 from tests.support.openai_schema import validate
+from tests.support.tokenizers import loaded_tokenizer
 
 
 async def test_completion_matches_the_official_schema(make_client: MakeClient) -> None:
@@ -180,7 +180,7 @@ async def test_a_prompt_within_every_limit_is_sent_before_it_is_tokenized_and_st
 ) -> None:
     client, engine = await make_client(needs_prompt_ids=needs_ids)
     prompt = "Hello there, how are you? 你好 🎉"
-    ids = Tokenizer(tiny_bpe_dir).encode(prompt)
+    ids = loaded_tokenizer(tiny_bpe_dir).encode(prompt)
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 5, "stream": True}
     r = await client.post("/v1/completions", json={**body, "stream_options": {"include_usage": True}})
     assert r.status_code == 200, r.text
@@ -197,12 +197,12 @@ async def test_without_max_tokens_the_prompt_is_tokenized_first_for_the_default(
     client, engine = await make_client()
     r = await client.post("/v1/completions", json={"model": "tiny", "prompt": "Hello there"})
     assert r.status_code == 200, r.text
-    assert engine.requests[-1].prompt_ids == tuple(Tokenizer(tiny_bpe_dir).encode("Hello there"))
+    assert engine.requests[-1].prompt_ids == tuple(loaded_tokenizer(tiny_bpe_dir).encode("Hello there"))
 
 
 async def test_near_a_limit_the_exact_count_decides(make_client: MakeClient, tiny_bpe_dir: Path) -> None:
     prompt = "hello world " * 10
-    count = len(Tokenizer(tiny_bpe_dir).encode(prompt))
+    count = len(loaded_tokenizer(tiny_bpe_dir).encode(prompt))
     # The byte bound (one token per byte) is over the limit; the prompt itself is not.
     assert count < len(prompt.encode())
     client, engine = await make_client(settings={"max_prompt_tokens": count})

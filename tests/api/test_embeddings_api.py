@@ -20,6 +20,7 @@ from gateway.text.tokenizer import Tokenizer
 from tests.support.fake_encoder import FakeEncoder, pair_logit, token_state
 from tests.support.fake_engine import FakeEngine
 from tests.support.fixtures import tiny_bpe_dir, tiny_embed_dir, tiny_score_dir  # noqa: F401
+from tests.support.tokenizers import loaded_tokenizer
 
 
 class Served:
@@ -63,13 +64,13 @@ async def served(
     )
     app = create_app(
         config,
-        engine_factory=lambda m: FakeEngine(Tokenizer(m.tokenizer)),  # type: ignore[arg-type,return-value]
+        engine_factory=lambda m: FakeEngine(loaded_tokenizer(m.tokenizer)),  # type: ignore[arg-type,return-value]
         encoder_factory=encoder_factory,  # type: ignore[arg-type]
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as client:
-            yield Served(client, encoders, Tokenizer(tiny_embed_dir), tiny_score_dir)
+            yield Served(client, encoders, loaded_tokenizer(tiny_embed_dir), tiny_score_dir)
 
 
 def _expected(ids: list[int], size: int | None = None) -> np.ndarray:
@@ -135,7 +136,7 @@ async def test_truncate_prompt_tokens_cuts_and_a_long_input_is_a_400(served: Ser
 
 
 async def test_rerank_and_score_apply_the_cross_encoders_sigmoid(served: Served) -> None:
-    tokenizer = Tokenizer(served.score_dir)
+    tokenizer = loaded_tokenizer(served.score_dir)
     docs = ["first document", "second one here", "third"]
     pairs = [tokenizer.encode_pair("query", d)[0] for d in docs]
     logits = np.array([pair_logit(p) for p in pairs])

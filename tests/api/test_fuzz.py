@@ -14,11 +14,11 @@ from starlette.testclient import TestClient
 
 from gateway.app import create_app
 from gateway.config import ServedModel, Settings
-from gateway.text.tokenizer import Tokenizer
 from tests.support.anthropic_errors import validate_error
 from tests.support.fake_engine import LLMAPI_LIKE, FakeEngine
 from tests.support.fixtures import build_tiny
 from tests.support.openai_schema import validate
+from tests.support.tokenizers import loaded_tokenizer
 
 
 def _app() -> Any:
@@ -34,7 +34,7 @@ def _app() -> Any:
     def engine(m: ServedModel) -> FakeEngine:
         # Short replies keep thousands of fuzzed requests fast.
         like = LLMAPI_LIKE if m.name == "tiny-llmapi" else {}
-        return FakeEngine(Tokenizer(m.tokenizer), reply=lambda r, i: "ok.", **like)
+        return FakeEngine(loaded_tokenizer(m.tokenizer), reply=lambda r, i: "ok.", **like)
 
     return create_app(config, engine_factory=engine)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.text.tokenizer import Tokenizer
 from tests.api.conftest import MakeClient
 from tests.support.fake_engine import LLMAPI_LIKE as LLMAPI
+from tests.support.tokenizers import loaded_tokenizer
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -22,7 +22,7 @@ async def test_the_bos_a_chat_template_writes_is_left_to_the_engine(
     client, engine = await make_client(model={"chat_template": template}, **LLMAPI)
     r = await client.post("/v1/chat/completions", json={"model": "tiny", "messages": USER, "max_tokens": 4})
     assert r.status_code == 200, r.text
-    tok = Tokenizer(tiny_bpe_dir)
+    tok = loaded_tokenizer(tiny_bpe_dir)
     assert tok.bos_token and engine.requests[0].prompt_text == "hi\n"
     # Counted as the engine counts what it is sent: with special tokens added.
     assert r.json()["usage"]["prompt_tokens"] == len(tok.encode("hi\n", add_special_tokens=True))
@@ -36,7 +36,7 @@ async def test_completion_tokens_are_counted_from_the_text(
     assert r.status_code == 200, r.text
     text = r.json()["choices"][0]["text"]
     assert r.json()["usage"]["completion_tokens"] == len(
-        Tokenizer(tiny_bpe_dir).encode(text, add_special_tokens=False)
+        loaded_tokenizer(tiny_bpe_dir).encode(text, add_special_tokens=False)
     )
 
 

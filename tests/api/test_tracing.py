@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway.app import create_app
 from gateway.config import ServedModel, Settings
-from gateway.text.tokenizer import Tokenizer
 from tests.support.fake_triton import FakeTriton, start_fake_triton
+from tests.support.tokenizers import loaded_tokenizer
 
 EXPORTER = InMemorySpanExporter()
 
@@ -33,7 +33,7 @@ _provider()
 async def test_a_request_traces_tokenize_generate_and_triton_with_the_context_sent_to_triton(
     tiny_bpe_dir: Path,
 ) -> None:
-    tok = Tokenizer(tiny_bpe_dir)
+    tok = loaded_tokenizer(tiny_bpe_dir)
     fake = FakeTriton(tokens=tok.encode("Hello there", add_special_tokens=False))
     server, url = await start_fake_triton(fake)
     EXPORTER.clear()

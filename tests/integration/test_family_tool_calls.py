@@ -21,11 +21,11 @@ import anthropic
 import openai
 import pytest
 
-from gateway.text.tokenizer import Tokenizer
 from tests.integration.conftest import TritonStack, family_model_spec
 from tests.support import http_client
 from tests.support.client_venv import client_python
 from tests.support.gateway_process import GatewayProcess
+from tests.support.tokenizers import loaded_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -157,7 +157,7 @@ def regex_literal(text: str) -> str:
 def marker_bias(triton_stack: TritonStack, family: str, markers: tuple[str, ...]) -> dict[str, int]:
     """A logit bias that makes each marker the model's choice wherever the guide allows it, so it
     comes as the family's own single token."""
-    tokenizer = Tokenizer(triton_stack.models[f"family_{family}"].tokenizer_dir)
+    tokenizer = loaded_tokenizer(triton_stack.models[f"family_{family}"].tokenizer_dir)
     return {str(tokenizer.vocab[m]): 100 for m in markers}
 
 
@@ -750,7 +750,7 @@ def test_a_forced_calls_result_goes_back_through_a_template_without_a_tool_turn(
     tokens = http_client.post(
         gateway.base_url + "/tokenize", json={"model": model, "messages": messages}, timeout=60
     ).json()["tokens"]
-    shown = Tokenizer(triton_stack.models[f"family_{model}"].tokenizer_dir).decode(
+    shown = loaded_tokenizer(triton_stack.models[f"family_{model}"].tokenizer_dir).decode(
         tokens, skip_special_tokens=False
     )
     written = json.dumps({"name": "get_weather", "arguments": json.loads(call.function.arguments)})

@@ -16,6 +16,7 @@ from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 from tests.support.openai_schema import validate
+from tests.support.tokenizers import loaded_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -191,10 +192,9 @@ def test_greedy_text_equals_transformers_generate(
     sdk: openai.OpenAI, triton_stack: TritonStack, model: str
 ) -> None:
     from gateway.text.detokenizer import ids_decoder
-    from gateway.text.tokenizer import Tokenizer
 
     model_dir = tokenizer_dir(triton_stack, model)
-    tok = Tokenizer(model_dir)
+    tok = loaded_tokenizer(model_dir)
     for prompt in ("你好 world 🎉", "The quick brown fox", "Once upon a time", "emoji 🚀 café"):
         prompt_ids = tok.encode(prompt)
         ids = reference_greedy_ids(model_dir, prompt_ids, 20)

@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.conftest import TritonStack
 from tests.support.gateway_process import GatewayProcess
+from tests.support.tokenizers import loaded_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -142,10 +143,9 @@ def test_logprobs_equal_the_reference_models_log_softmax(
     sdk: openai.OpenAI, triton_stack: TritonStack, model: str
 ) -> None:
     from gateway.apis.openai.logprobs import token_string
-    from gateway.text.tokenizer import Tokenizer
 
     m = triton_stack.models["bpe_current"]
-    tok = Tokenizer(m.tokenizer_dir)
+    tok = loaded_tokenizer(m.tokenizer_dir)
     prompt = "The quick brown fox"
     out = sdk.completions.create(
         model=model, prompt=prompt, max_tokens=12, temperature=0, logprobs=3, extra_body={"ignore_eos": True}
@@ -192,9 +192,8 @@ def test_logprobs_equal_the_reference_models_log_softmax(
 def test_logit_bias_on_the_engine_route_forces_a_token_and_is_refused_on_the_ensemble(
     sdk: openai.OpenAI, triton_stack: TritonStack
 ) -> None:
-    from gateway.text.tokenizer import Tokenizer
 
-    tok = Tokenizer(triton_stack.models["bpe_current"].tokenizer_dir)
+    tok = loaded_tokenizer(triton_stack.models["bpe_current"].tokenizer_dir)
     (token,) = tok.encode(" the", add_special_tokens=False)[:1]
     out = sdk.completions.create(
         model="tiny-engine",

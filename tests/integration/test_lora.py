@@ -20,11 +20,11 @@ import httpx
 import openai
 import pytest
 
-from gateway.text.tokenizer import Tokenizer
 from tests.integration.conftest import LORA_CACHE_ADAPTERS, TritonStack
 from tests.support import http_client
 from tests.support.gateway_process import GatewayProcess
 from tests.support.lora import convert_like_hf_lora_convert, make_peft_adapter, reference_greedy
+from tests.support.tokenizers import loaded_tokenizer
 
 # Served model -> (stack repository, route).
 BASES = {
@@ -111,7 +111,7 @@ def sdk(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
 
 def expected_text(triton_stack: TritonStack, adapter: Path | None, prompt: str) -> str:
     m = triton_stack.models["bpe_current"]
-    tok = Tokenizer(m.tokenizer_dir)
+    tok = loaded_tokenizer(m.tokenizer_dir)
     return tok.decode(reference_greedy(m.tokenizer_dir, adapter, tok.encode(prompt), MAX_TOKENS))
 
 
@@ -318,7 +318,7 @@ def test_the_llmapi_model_loads_adapters_by_path_and_answers_as_peft(
     sdk: openai.OpenAI, triton_stack: TritonStack, adapters: dict[str, Path]
 ) -> None:
     m = triton_stack.llmapi[LLMAPI]
-    tok = Tokenizer(m.tokenizer_dir)
+    tok = loaded_tokenizer(m.tokenizer_dir)
     prompt = "The quick brown fox"
     cases = [
         (f"tiny-llmapi{suffix}", adapter, stream)

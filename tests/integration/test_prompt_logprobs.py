@@ -15,6 +15,7 @@ import pytest
 
 from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.gateway_process import GatewayProcess
+from tests.support.tokenizers import loaded_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -65,9 +66,8 @@ def reference_rows(model_dir: Path, ids: Sequence[int]) -> Any:
 def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
     sdk: openai.OpenAI, model_dir: Path
 ) -> None:
-    from gateway.text.tokenizer import Tokenizer
 
-    tok = Tokenizer(model_dir)
+    tok = loaded_tokenizer(model_dir)
     ids = tok.encode("The quick brown fox jumps over", add_special_tokens=False)
     out = sdk.completions.create(model="tiny-engine", prompt=ids, max_tokens=0, echo=True, logprobs=2)
     (choice,) = out.choices
@@ -100,9 +100,8 @@ def test_echo_with_logprobs_scores_the_prompt_as_transformers_does(
 
 
 def test_vllm_prompt_logprobs_on_chat_equal_transformers(sdk: openai.OpenAI, model_dir: Path) -> None:
-    from gateway.text.tokenizer import Tokenizer
 
-    tok = Tokenizer(model_dir)
+    tok = loaded_tokenizer(model_dir)
     messages = [{"role": "user", "content": "Name a colour."}]
     out = sdk.chat.completions.create(
         model="tiny-engine",

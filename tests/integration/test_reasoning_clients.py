@@ -20,11 +20,11 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.text.tokenizer import Tokenizer
 from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.gateway_process import GatewayProcess, agent_gateway
 from tests.support.openai_schema import validate
 from tests.support.refusals import openai_refusal
+from tests.support.tokenizers import loaded_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def steer(served: tuple[GatewayProcess, Path]) -> dict[str, int]:
     """A logit bias that makes the model open the string with the separator token ` "` (not a
     token that also holds the string's first characters) and then write `</think>` as one token:
     the schema allows each only at its own step, where the bias makes it the greedy choice."""
-    tokenizer = Tokenizer(served[1])
+    tokenizer = loaded_tokenizer(served[1])
     (quote,) = tokenizer.encode(' "', add_special_tokens=False)
     return {str(quote): 100, str(tokenizer.vocab["</think>"]): 100}
 

@@ -9,17 +9,17 @@ from types import SimpleNamespace
 from gateway.check import report, table
 from gateway.config import ServedModel
 from gateway.routing.registry import make_policy
-from gateway.text.tokenizer import Tokenizer
 from gateway.triton.engine import TritonAdapter
 from gateway.triton.llmapi_engine import LlmapiAdapter
 from gateway.triton.models import adapter_for
 from gateway.triton.pool import TritonPool
+from tests.support.tokenizers import loaded_tokenizer
 from tests.unit.gateway.triton.test_translation import CURRENT, LEGACY, contract_of
 
 
 def test_the_report_shows_the_capabilities_the_contract_gives(tiny_bpe_dir: Path) -> None:
     model = ServedModel(name="tiny", tokenizer=tiny_bpe_dir)
-    tokenizer = Tokenizer(tiny_bpe_dir)
+    tokenizer = loaded_tokenizer(tiny_bpe_dir)
     current = contract_of(CURRENT).with_decoupled(True).capabilities()
     row = report(model, current, None, tokenizer)
     assert (row.status, row.variant, row.decoupled, row.token_ids, row.n) == (
@@ -76,7 +76,7 @@ def test_prefix_routing_makes_the_core_tokenize_before_sending() -> None:
 def test_a_gpt_oss_model_on_a_route_that_returns_text_is_not_servable(tiny_bpe_dir: Path) -> None:
     import dataclasses
 
-    tokenizer = Tokenizer(tiny_bpe_dir)
+    tokenizer = loaded_tokenizer(tiny_bpe_dir)
     ids = contract_of(CURRENT).with_decoupled(True).capabilities()
     text_only = dataclasses.replace(ids, exposes_token_ids=False, route="ensemble")
     gpt_oss = ServedModel(name="g", tokenizer=tiny_bpe_dir, reasoning_parser="gpt_oss")
@@ -91,7 +91,7 @@ def test_a_gpt_oss_model_on_a_route_that_returns_text_is_not_servable(tiny_bpe_d
 
 def test_the_table_fits_the_terminal_and_stays_one_table_where_there_is_none(tiny_bpe_dir: Path) -> None:
     model = ServedModel(name="tiny", tokenizer=tiny_bpe_dir)
-    tokenizer = Tokenizer(tiny_bpe_dir)
+    tokenizer = loaded_tokenizer(tiny_bpe_dir)
     ready = report(model, contract_of(CURRENT).with_decoupled(True).capabilities(), None, tokenizer)
     down = report(
         ServedModel(name="other", tokenizer=tiny_bpe_dir),
@@ -129,7 +129,7 @@ def test_the_report_names_the_parsers_a_models_files_fit_and_warns_of_a_missing_
     ids = contract_of(CURRENT).with_decoupled(True).capabilities()
     engine_route = dataclasses.replace(ids, route="engine")
     qwen3_dir = build_family_model("qwen3")
-    qwen3 = Tokenizer(qwen3_dir)
+    qwen3 = loaded_tokenizer(qwen3_dir)
     bare = report(ServedModel(name="q", tokenizer=qwen3_dir), engine_route, None, qwen3)
     assert bare.notes == (
         "its chat template and special tokens fit tool_parser=hermes (not set)",
@@ -145,13 +145,15 @@ def test_the_report_names_the_parsers_a_models_files_fit_and_warns_of_a_missing_
     assert other.warnings == ("tool_parser=mistral is set; its chat template and special tokens fit hermes",)
     # Mistral-Nemo's files: the [TOOL_CALLS] control token and a template that renders tools.
     mistral_dir = build_family_model("mistral")
-    mistral = report(ServedModel(name="m", tokenizer=mistral_dir), engine_route, None, Tokenizer(mistral_dir))
+    mistral = report(
+        ServedModel(name="m", tokenizer=mistral_dir), engine_route, None, loaded_tokenizer(mistral_dir)
+    )
     assert mistral.notes == ("its chat template and special tokens fit tool_parser=mistral (not set)",)
     (missing,) = mistral.warnings
     assert "renders tools but no tool_parser is set" in missing and "tool_parser=mistral" in missing
     # A tokenizer that adds BOS and a template that does not write it: the text route cannot send
     # the template's own prompt.
-    sp = Tokenizer(tiny_metaspace_dir)
+    sp = loaded_tokenizer(tiny_metaspace_dir)
     sp_model = ServedModel(name="sp", tokenizer=tiny_metaspace_dir, tool_parser="hermes")
     on_text = report(sp_model, dataclasses.replace(ids, route="ensemble"), None, sp)
     assert any("adds '<|bos|>'" in w and "route=engine" in w for w in on_text.warnings)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.text.tokenizer import Tokenizer
 from tests.support.fake_triton import FakeTriton, start_fake_triton
+from tests.support.tokenizers import loaded_tokenizer
 
 GATEWAY = Path(sys.executable).with_name("gateway")
 
@@ -213,7 +213,7 @@ def test_help_shows_each_flags_own_value_choices_and_defaults() -> None:
 async def test_check_exits_non_zero_for_a_model_serve_refuses_and_names_its_triton(
     tiny_bpe_dir: Path, tmp_path: Path
 ) -> None:
-    tok = Tokenizer(tiny_bpe_dir)
+    tok = loaded_tokenizer(tiny_bpe_dir)
     server, url = await start_fake_triton(FakeTriton(tokens=tok.encode("Hi", add_special_tokens=False)))
     try:
 

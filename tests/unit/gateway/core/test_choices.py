@@ -11,11 +11,12 @@ from gateway.core.choices import ChoiceEvent, ChoiceState, GenerationTotals, mak
 from gateway.engine import GenerationDelta, GenerationRequest, SamplingParams, TokenLogprob
 from gateway.text.detokenizer import Utf8TextAssembler, ids_decoder
 from gateway.text.tokenizer import Tokenizer
+from tests.support.tokenizers import loaded_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tok(tiny_bpe_dir: Path) -> Tokenizer:
-    return Tokenizer(tiny_bpe_dir)
+    return loaded_tokenizer(tiny_bpe_dir)
 
 
 def _choice(

@@ -16,6 +16,7 @@ from gateway.config import ServedModel
 from gateway.core.models import ModelRuntime
 from gateway.core.prompt import chat_prompt, raw_prompt, template_specials_mismatch
 from gateway.text.tokenizer import Tokenizer
+from tests.support.tokenizers import loaded_tokenizer
 
 MESSAGES = [
     {"role": "system", "content": "Be brief."},
@@ -38,7 +39,7 @@ class _Engine:
 @cache
 def _tokenizers(model_dir: Path) -> tuple[Tokenizer, Any]:
     """The gateway's tokenizer and the transformers tokenizer it wraps (the reference)."""
-    tokenizer = Tokenizer(model_dir)
+    tokenizer = loaded_tokenizer(model_dir)
     return tokenizer, tokenizer._tok
 
 

@@ -25,6 +25,7 @@ from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls import ForcedToolParser, StreamingToolParser, ToolCallArguments
 from gateway.text.tool_calls.json_text import INVALID, JsonScanner
 from gateway.text.tool_calls.registry import needs_special_tokens
+from tests.support.tokenizers import loaded_tokenizer
 
 WEATHER = {
     "type": "object",
@@ -86,7 +87,7 @@ def _r1_dir() -> Path:
 
 @functools.cache
 def family_tokenizer(family: str) -> Tokenizer:
-    return Tokenizer(family_dir(family))
+    return loaded_tokenizer(family_dir(family))
 
 
 @functools.cache

@@ -23,6 +23,7 @@ from gateway.apis.messages.translate import to_chat
 from gateway.apis.responses.items import parse_input, to_messages
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls import parse_tool_calls
+from tests.support.tokenizers import loaded_tokenizer
 from tests.unit.gateway.text.family_replies import PARAMETERS, TOOLS, family_dir, family_tokenizer
 
 TEMPLATES = Path(__file__).parents[3] / "data" / "chat_templates"
@@ -75,7 +76,7 @@ RENDERED["deepseek_r1"] = RENDERED["deepseek_v3"]
 def tokenizer(family: str) -> Tokenizer:
     if family not in TOOL_TEMPLATES:
         return family_tokenizer(family)
-    return Tokenizer(family_dir(family), chat_template_file=TOOL_TEMPLATES[family])
+    return loaded_tokenizer(family_dir(family), chat_template_file=TOOL_TEMPLATES[family])
 
 
 def chat_messages(weather: str = WEATHER_ARGS, clock: str = TIME_ARGS) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from PIL import Image
 
 from gateway.text.images import image_expander, takes_images
+from tests.support.tokenizers import loaded_tokenizer
 
 
 def test_gemma3_prompt_counts_equal_the_processors(tiny_gemma3_vlm_dir: Path, tiny_bpe_dir: Path) -> None:
@@ -41,11 +42,9 @@ def test_gemma3_prompt_counts_equal_the_processors(tiny_gemma3_vlm_dir: Path, ti
 def test_a_vision_language_checkpoints_context_is_its_text_models(tiny_gemma3_vlm_dir: Path) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
-    from gateway.text.tokenizer import Tokenizer
-
     # The checkpoint's limits sit in text_config (its top level has none); the tokenizer's own
     # model_max_length says more than the model takes.
     text_config = AutoConfig.from_pretrained(tiny_gemma3_vlm_dir).get_text_config()
-    tokenizer = Tokenizer(tiny_gemma3_vlm_dir)
+    tokenizer = loaded_tokenizer(tiny_gemma3_vlm_dir)
     assert tokenizer.info.max_model_len == text_config.max_position_embeddings
     assert tokenizer.info.max_model_len < AutoTokenizer.from_pretrained(tiny_gemma3_vlm_dir).model_max_length

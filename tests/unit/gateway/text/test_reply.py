@@ -16,6 +16,7 @@ from gateway.text.reasoning import ReasoningDelta, get_format
 from gateway.text.reply import ParsedReply, ReplyCollector, ReplyParser, parse_reply
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls import ContentDelta, StreamingToolParser, ToolCallStart
+from tests.support.tokenizers import loaded_tokenizer
 from tests.unit.gateway.text.family_replies import reply_encoding
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
@@ -99,7 +100,7 @@ def test_any_split_of_the_reply_gives_the_same_thinking_answer_and_calls(data: s
 
 @pytest.fixture(scope="module")
 def agent(tiny_agent_dir: Path) -> Tokenizer:
-    return Tokenizer(tiny_agent_dir)
+    return loaded_tokenizer(tiny_agent_dir)
 
 
 def test_thinking_tokens_are_counted_from_the_ids_without_the_markers(agent: Tokenizer) -> None:

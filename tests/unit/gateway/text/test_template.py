@@ -19,6 +19,7 @@ from deploy.tiny_model import build_tiny_model
 from gateway.errors import InvalidRequestError
 from gateway.text.template import ChatRenderer, _ToolLists
 from gateway.text.tokenizer import Tokenizer
+from tests.support.tokenizers import loaded_tokenizer
 from tests.unit.gateway.text.family_replies import family_tokenizer
 from tests.unit.gateway.text.test_family_templates import tokenizer as family_template_tokenizer
 
@@ -49,7 +50,7 @@ def tokenizer(case: str) -> Tokenizer:
 
 @functools.cache
 def agent_tokenizer() -> Tokenizer:
-    return Tokenizer(build_tiny_model("agent"))
+    return loaded_tokenizer(build_tiny_model("agent"))
 
 
 def transformers_render(tok: Tokenizer, messages: list[dict[str, Any]], **kwargs: Any) -> str | None:

@@ -9,11 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.text.tokenizer import Tokenizer
+from tests.support.tokenizers import loaded_tokenizer
 
 
 @pytest.fixture(scope="module")
 def bpe(tiny_bpe_dir: Path) -> Tokenizer:
-    return Tokenizer(tiny_bpe_dir)
+    return loaded_tokenizer(tiny_bpe_dir)
 
 
 def _texts(specials: list[str]) -> st.SearchStrategy[str]:
@@ -44,4 +45,4 @@ def test_no_text_encodes_to_more_tokens_than_its_bound(bpe: Tokenizer) -> None:
 
 def test_a_tokenizer_that_is_not_byte_level_gives_no_bound(tiny_metaspace_dir: Path) -> None:
     # SentencePiece-style: a normalizer and the Metaspace pre-tokenizer, no byte-per-symbol rule.
-    assert Tokenizer(tiny_metaspace_dir).token_bound("hello world", add_special_tokens=True) is None
+    assert loaded_tokenizer(tiny_metaspace_dir).token_bound("hello world", add_special_tokens=True) is None

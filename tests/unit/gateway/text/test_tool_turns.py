@@ -25,6 +25,7 @@ from gateway.media import ImageRef
 from gateway.text.tokenizer import Tokenizer
 from gateway.text.tool_calls.registry import template_call_ids
 from gateway.text.tool_turns import tool_turns_as_text
+from tests.support.tokenizers import loaded_tokenizer
 from tests.unit.gateway.text.family_replies import TOOLS, family_dir
 from tests.unit.gateway.text.test_family_templates import (
     TIME_ARGS,
@@ -56,7 +57,7 @@ TOOL_PARSERS = {"qwen3": "hermes", "gptoss": "openai", "mistral": "mistral", "ll
 
 @functools.cache
 def tokenizer(family: str, template: str | None) -> Tokenizer:
-    return Tokenizer(family_dir(family), chat_template_file=TEMPLATES / template if template else None)
+    return loaded_tokenizer(family_dir(family), chat_template_file=TEMPLATES / template if template else None)
 
 
 @functools.cache
@@ -365,7 +366,7 @@ def test_a_template_that_silently_skips_tool_turns_is_shown_them(tmp_path: Path)
     """No error to tell: the probe finds the result and the call missing from the render."""
     path = tmp_path / "skipping.jinja"
     path.write_text(SKIPPING_TEMPLATE, encoding="utf-8")
-    tok = Tokenizer(family_dir("llama2"), chat_template_file=path)
+    tok = loaded_tokenizer(family_dir("llama2"), chat_template_file=path)
     assert (tok.renders_tool_results, tok.renders_tool_calls) == (False, False)
     runtime: Any = SimpleNamespace(config=SimpleNamespace(tool_parser="none"), tokenizer=tok)
     want = reference("llama2").apply_chat_template(
