@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# Bytecode caches on, whatever the environment says: every gateway, Python model and pytest worker
+# the suite starts would otherwise compile the project's modules (and rewrite the tests) afresh.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install run run-llmapi test lint typecheck check docs docs-serve bench bench-routing bench-host bench-long bench-images host-bundle native-engine soak claude-code codex families clean
 
@@ -26,8 +29,12 @@ run: install
 run-llmapi: install
 	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000 --engine llmapi
 
+# Two pytest-xdist workers (TEST_WORKERS=N for more, 0 for one process): one runs the tests on the
+# session's shared Triton stack, the other the rest beside it; each module stays on one worker
+# (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)
 
 # ruff, and the import layers as contracts (pyproject.toml [tool.importlinter]).
 lint: install

@@ -211,6 +211,10 @@ def load_settings(args: argparse.Namespace) -> Settings:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     prog = f"gateway {args.command}"
+    if args.command in ("serve", "check"):
+        from gateway.text.tokenizer import keep_torch_out
+
+        keep_torch_out()
     try:
         settings = load_settings(args)
         if args.command == "serve":

@@ -223,6 +223,10 @@ def _run_workers(settings: Settings, common: dict[str, Any]) -> None:
 
 
 def app_from_env() -> Any:
+    from gateway.text.tokenizer import keep_torch_out
+
+    # A worker process: it imports transformers afresh.
+    keep_torch_out()
     from gateway.app import create_app
 
     settings = Settings.model_validate(json.loads(os.environ[SETTINGS_ENV]))

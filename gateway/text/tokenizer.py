@@ -11,7 +11,9 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +108,23 @@ def check_tokenizer_files(path: str | Path, chat_template_file: str | Path | Non
             if isinstance(exc, OSError)
             else f"chat template {chat_template_file} is not UTF-8 text"
         ) from None
+
+
+def keep_torch_out() -> None:
+    """Have transformers run without torch in this process: a server's, which needs tokenizers,
+    chat templates and image processors only, as the gateway's images (which have no torch) run it.
+
+    Where torch is installed (a development environment), transformers imports it with
+    `AutoTokenizer` (its configuration module does): seconds of CPU at every start and hundreds of
+    MB in every worker. `sys.modules["torch"] = None` makes `importlib.util.find_spec` answer that
+    there is no torch, so transformers takes the path it takes without it. Done only before
+    transformers is imported (it decides once), never once torch is, and not in a process that
+    needs torch (`gateway dev` builds models with it)."""
+    if "torch" in sys.modules or "transformers" in sys.modules:
+        return
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    # Its notice that models are unavailable without torch is no news to a server.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 class Tokenizer:

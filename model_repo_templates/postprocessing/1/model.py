@@ -15,10 +15,18 @@ whole (non-streamed) result, lossy for a streamed one.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+# This model needs the tokenizer alone, never torch; but where torch is installed, transformers
+# imports it with AutoTokenizer: seconds of CPU and hundreds of MB in this process. Marked absent
+# (find_spec then answers None), transformers takes the path it takes without torch. This Python
+# model has its process to itself.
+if "torch" not in sys.modules:
+    sys.modules["torch"] = None  # type: ignore[assignment]
 from token_bytes import TokenBytes
 from transformers import AutoTokenizer
 

@@ -16,11 +16,11 @@ import base64
 import binascii
 import io
 import json
+import sys
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from transformers import AutoTokenizer
 
 _TRUE = ("true", "1", "yes", "on")
 
@@ -60,6 +60,16 @@ class TritonPythonModel:
         if not tokenizer_dir:
             raise pb_utils.TritonModelException("parameter tokenizer_dir is required")
         self.add_special_tokens = _parameter(config, "add_special_tokens", "true").lower() in _TRUE
+        images = any(o["name"] == "PIXEL_VALUES" for o in config.get("output", []))
+        if not images and "torch" not in sys.modules:
+            # Text needs the tokenizer alone, never torch; but where torch is installed, transformers
+            # imports it with AutoTokenizer: seconds of CPU and hundreds of MB in this process.
+            # Marked absent (find_spec then answers None), transformers takes the path it takes
+            # without torch. The process is this model's alone. (A model's image processor may
+            # want torch: with images, nothing changes.)
+            sys.modules["torch"] = None  # type: ignore[assignment]
+        from transformers import AutoTokenizer
+
         self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
@@ -67,7 +77,7 @@ class TritonPythonModel:
         self.pad_id = int(pad) if pad is not None else self.end_id
         self.vocab_size = len(self.tokenizer)
         self.processor: Any = None
-        if any(o["name"] == "PIXEL_VALUES" for o in config.get("output", [])):
+        if images:
             from transformers import AutoConfig, AutoProcessor
 
             self.processor = AutoProcessor.from_pretrained(tokenizer_dir)
