@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -286,11 +287,39 @@ def triton_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonSta
     stub_timeout = f"--backend-config=python,stub-timeout-seconds={int(STARTUP_TIMEOUT_S)}"
     server = TritonServer(repositories, work_dir=root / "server", extra_args=[stub_timeout])
     server.start()
+    done = threading.Event()
+    watchdog = threading.Thread(target=_stop_when_crashed, args=(server, done), daemon=True)
+    watchdog.start()
     try:
         server.wait_ready(STARTUP_TIMEOUT_S)
         yield TritonStack(server=server, models=models, llmapi=llmapi)
     finally:
+        done.set()
         server.stop()
+
+
+def _stop_when_crashed(server: TritonServer, done: threading.Event) -> None:
+    """Stop the server once its log says a fatal signal reached it.
+
+    Triton's handler prints "Signal (N) received." and a backtrace; after a crash that corrupted the
+    heap (the CPU build has aborted with "double free or corruption" under heavy load), the handler
+    itself can hang, leaving a server that accepts calls and answers none, so every later test on
+    it would wait for its client's timeout. Stopped, the rest fail at once with the log's reason.
+    """
+    offset = 0
+    while not done.wait(1.0):
+        try:
+            with server.log_file.open("rb") as log:
+                log.seek(offset)
+                chunk = log.read()
+        except OSError:
+            continue
+        # A line cut at the end of this read is read again whole next time.
+        complete = chunk.rfind(b"\n") + 1
+        offset += complete
+        if re.search(rb"^Signal \(\d+\) received", chunk[:complete], re.MULTILINE):
+            server.stop(timeout=5.0)
+            return
 
 
 @dataclass(slots=True)
