@@ -15,6 +15,11 @@ STACK_GROUP = "triton_stack"
 
 
 def _group(item: pytest.Item) -> str:
+    """A module's own `xdist_group` mark (a module that asks for the stack as it runs), else the
+    stack's group for a test that uses it, else the test's module."""
+    mark = item.get_closest_marker("xdist_group")
+    if mark is not None:
+        return str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
     return STACK_GROUP if STACK_GROUP in item.fixturenames else item.nodeid.split("::", 1)[0]
 
 
@@ -22,7 +27,8 @@ def _group(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Before xdist's own hook, which turns the marker into the test's work unit.
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
     # The stack's unit first, then the other integration modules (each a server or two to start),
     # then the many quick modules, which keep both workers busy to the end. A stable sort: each
     # module's tests keep their order.
