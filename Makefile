@@ -34,7 +34,7 @@ run-llmapi: install
 # (tests/conftest.py).
 TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)
 
 # ruff, and the import layers as contracts (pyproject.toml [tool.importlinter]).
 lint: install

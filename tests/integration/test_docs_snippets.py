@@ -24,9 +24,7 @@ from tests.integration.conftest import TritonStack
 from tests.support.docs_snippets import ROOT, SHELL, Block, all_blocks
 from tests.support.gateway_process import GatewayProcess
 
-# The snippets that need the session's Triton stack ask for it as they run (getfixturevalue), which
-# `make test`'s grouping cannot see: the module goes with the stack's tests (tests/conftest.py).
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("triton_stack")]
+pytestmark = pytest.mark.integration
 
 RUNNABLE = [block for block in all_blocks() if block.runs]
 # A guard against a hung example, not a speed bound: an example takes seconds, but on a machine
