@@ -5,7 +5,6 @@ would (a name, a tokenizer, the Triton model)."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support import http_client
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, piped_env
 from tests.support.openai_schema import validate
 from tests.support.tokenizers import loaded_tokenizer
 
@@ -340,9 +339,8 @@ def test_gateway_check_reports_what_each_model_supports(triton_stack: TritonStac
         "--model",
         f"name=missing,tokenizer={triton_stack.models['bpe_current'].tokenizer_dir},triton_model=nope",
     ]
-    # os.environ, not the process's own environment, where readline (imported under pytest) set
-    # COLUMNS=80: read as a pipe with no width limit reads it, the check is one table.
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    # Read as a pipe with no width limit reads it, the check is one table.
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, env=piped_env())
     assert out.returncode == 1  # one model is not in Triton
     rows = {
         line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]

@@ -9,7 +9,6 @@ generates greedily; usage and finish_reason with those ids' count.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import pytest
 from tests.integration.conftest import STOCK_LAYOUT, StackModel, TritonStack
 from tests.integration.test_triton_stack import hf_greedy
 from tests.support import http_client
-from tests.support.gateway_process import GatewayProcess
+from tests.support.gateway_process import GatewayProcess, piped_env
 
 pytestmark = pytest.mark.integration
 
@@ -237,9 +236,8 @@ def test_gateway_check_reports_route_streamed_text_and_guided_decoding(triton_st
         for route in ROUTES:
             spec = f"name={served_name(key, route)},tokenizer={m.tokenizer_dir},triton_model={m.ensemble}"
             args += ["--model", spec + (",route=ensemble" if route == "ensemble" else "")]
-    # os.environ, not the process's own environment, where readline (imported under pytest) set
-    # COLUMNS=80: read as a pipe with no width limit reads it, the check is one table.
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    # Read as a pipe with no width limit reads it, the check is one table.
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, env=piped_env())
     assert out.returncode == 0, out.stdout + out.stderr
     (header,) = [line for line in out.stdout.splitlines() if line.count("┃") > 5]
     names = [c.strip() for c in header.split("┃")[1:-1]]

@@ -23,6 +23,13 @@ from tests.support import http_client
 DEV_ENGINES = ("cpp", "llmapi")
 
 
+def piped_env() -> dict[str, str]:
+    """This process's environment without a terminal's size: what a command whose output goes to a
+    pipe or a log collector sees. Under pytest-xdist a worker's environment says COLUMNS=80, and a
+    readline import under pytest sets it in the C environment too."""
+    return {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

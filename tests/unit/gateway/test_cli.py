@@ -153,7 +153,8 @@ def gateway_in_process(tmp_path: Path, *args: str) -> tuple[subprocess.Completed
     code = (
         "import atexit, sys\n"
         f"atexit.register(lambda: open({str(seen)!r}, 'w').write("
-        f"' '.join(m for m in {HEAVY_MODULES!r} if m in sys.modules)))\n"
+        # A None entry is no import: a serving process marks torch absent (keep_torch_out).
+        f"' '.join(m for m in {HEAVY_MODULES!r} if sys.modules.get(m) is not None)))\n"
         "from gateway.cli import main\n"
         f"main({list(args)!r})\n"
     )
