@@ -8,12 +8,16 @@ import queue
 import re
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+import httpx
+import pytest
 
 from tests.support import http_client
 from tests.support.gateway_process import free_port
@@ -86,3 +90,45 @@ def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser()
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_gateway_dev_leaves_no_process_behind(signum: int) -> None:
+    """`make run`'s stack: the Triton child goes when the gateway goes, even when it is killed."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "dev", "--port", str(port), "--engine-mode", "synthetic"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if http_client.get(f"http://127.0.0.1:{port}/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, "gateway dev exited early"
+            time.sleep(0.2)
+        # This gateway's own process tree only: another stack on the machine is not ours to judge.
+        descendants: list[int] = []
+        parents = [proc.pid]
+        while parents:
+            found = subprocess.run(
+                ["pgrep", "-P", ",".join(map(str, parents))], capture_output=True, text=True
+            )
+            parents = [int(p) for p in found.stdout.split()]
+            descendants += parents
+        assert any("tritonserver" in Path(f"/proc/{p}/cmdline").read_text() for p in descendants), (
+            "the Triton stack should be running"
+        )
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in descendants):
+            time.sleep(0.2)
+        assert not any(Path(f"/proc/{p}").exists() for p in descendants)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -7,9 +7,7 @@ The agent tiny model is random, so every request steers it: greedy, guided by a 
 The model is served with `reasoning_parser=deepseek_r1`: its reply starts inside the think block,
 so what it writes before `</think>` is thinking and what follows is the answer.
 
-Over the CPU stand-in of TensorRT-LLM's llmapi model (the same parser on its text), nothing can steer
-the model: each steering parameter is a 400 naming it, and the unsteered reply, which never closes
-the block, is all thinking, whole and streamed, on both APIs."""
+Over the CPU stand-in of TensorRT-LLM's llmapi model: test_reasoning_llmapi.py."""
 
 from __future__ import annotations
 
@@ -20,10 +18,8 @@ from typing import Any
 import openai
 import pytest
 
-from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.gateway_process import GatewayProcess, agent_gateway
 from tests.support.openai_schema import validate
-from tests.support.refusals import openai_refusal
 from tests.support.tokenizers import loaded_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -180,64 +176,3 @@ def test_responses_reasoning_item_streams_reasoning_text_and_counts_its_tokens(s
     assert kinds.index("response.output_item.added") < kinds.index("response.reasoning_text.delta")
     assert kinds[-1] == "response.completed"
     assert final.usage is not None and final.usage.output_tokens_details.reasoning_tokens == reasoning_tokens
-
-
-@pytest.fixture(scope="module")
-def llmapi_sdk(triton_stack: TritonStack) -> Iterator[openai.OpenAI]:
-    spec = llmapi_model_spec(triton_stack, "tiny", reasoning_parser="deepseek_r1", default_max_tokens="48")
-    args = ["--triton-url", triton_stack.grpc_url, "--log-level", "warning", "--model", spec]
-    with (
-        GatewayProcess(args) as gateway,
-        openai.OpenAI(base_url=gateway.base_url + "/v1", api_key="unused", max_retries=0) as client,
-    ):
-        yield client
-
-
-@pytest.mark.parametrize(
-    ("field", "value"), [("response_format", SPLIT_SCHEMA), ("logit_bias", {"5": 100}), ("logprobs", True)]
-)
-def test_over_the_llmapi_model_what_steers_the_thinking_is_a_400_naming_it(
-    llmapi_sdk: openai.OpenAI, field: str, value: object
-) -> None:
-    with openai_refusal(field):
-        llmapi_sdk.chat.completions.create(model="tiny", messages=USER, max_tokens=48, **{field: value})  # type: ignore[call-overload]
-
-
-def test_over_the_llmapi_model_the_thinking_is_parsed_from_its_text(llmapi_sdk: openai.OpenAI) -> None:
-    fields: dict[str, Any] = {"model": "tiny", "messages": USER, "temperature": 0, "max_tokens": 48}
-    whole = llmapi_sdk.chat.completions.create(**fields)
-    validate("CreateChatCompletionResponse", whole.model_dump(mode="json", exclude_unset=True))
-    message = whole.model_dump()["choices"][0]["message"]
-    # The random model never writes `</think>`: all of its reply is thinking, and all counted so.
-    thought = message["reasoning_content"]
-    assert thought and not message["content"], message
-    usage = whole.model_dump()["usage"]
-    assert usage["completion_tokens_details"]["reasoning_tokens"] == usage["completion_tokens"] == 48
-
-    pieces: list[str] = []
-    request = {**fields, "stream": True, "stream_options": {"include_usage": True}}
-    for chunk in llmapi_sdk.chat.completions.create(**request):
-        validate("CreateChatCompletionStreamResponse", chunk.model_dump(mode="json", exclude_unset=True))
-        if chunk.usage is not None:
-            final_usage = chunk.model_dump()["usage"]
-        for choice in chunk.model_dump()["choices"]:
-            assert not choice["delta"].get("content"), choice
-            pieces.append(choice["delta"].get("reasoning_content") or "")
-    assert "".join(pieces) == thought
-    assert final_usage["completion_tokens_details"] == usage["completion_tokens_details"]
-
-    body: dict[str, Any] = {"model": "tiny", "input": USER[0]["content"], "temperature": 0}
-    response = llmapi_sdk.responses.create(**body, max_output_tokens=48)
-    (item,) = [i for i in response.output if i.type == "reasoning"]
-    assert "".join(part.text for part in item.content or []) == thought
-    assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens == 48
-    deltas: list[str] = []
-    with llmapi_sdk.responses.stream(**body, max_output_tokens=48) as stream:
-        for event in stream:
-            validate(
-                "ResponseStreamEvent",
-                event.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude={"snapshot"}),
-            )
-            if event.type == "response.reasoning_text.delta":
-                deltas.append(event.delta)
-    assert len(deltas) > 1 and "".join(deltas) == thought
