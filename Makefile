@@ -30,11 +30,11 @@ run-llmapi: install
 	$(VENV)/bin/gateway dev --host 127.0.0.1 --port 9000 --engine llmapi
 
 # Two pytest-xdist workers (TEST_WORKERS=N for more, 0 for one process): one runs the modules on the
-# session's shared Triton stack, the other the rest beside it; each module stays on one worker
-# (tests/conftest.py), units with the most tests first (the stack's is the largest).
+# session's shared Triton stack, the other the rest beside it; each module stays on one worker, and
+# work goes out in the order tests/conftest.py sorts it (the stack's first, then the other servers).
 TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder -m "not soak and not bench and not claude_code and not codex" $(PYTEST_ARGS)
 
 # ruff, and the import layers as contracts (pyproject.toml [tool.importlinter]).
 lint: install

@@ -44,8 +44,7 @@ def _rank(root: Path, item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # A stable sort: each module's tests keep their order. In one process this is the order run;
-    # xdist hands out its units largest first, and the stack's is the largest.
+    # A stable sort: each module's tests keep their order. xdist hands out units in this order.
     items.sort(key=lambda item: _rank(config.rootpath, item))
 
 
