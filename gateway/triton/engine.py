@@ -43,10 +43,10 @@ from gateway.triton.tensors import (
 
 logger = logging.getLogger(__name__)
 
-# The TensorRT-LLM backend's words for a task id it does not hold (every version since v0.9) and
-# for a LoRA cache whose adapters are all in use (older, then newer wording).
 # How long a stop request for a dropped stream may take to reach Triton (also at shutdown).
 STOP_REQUEST_TIMEOUT_S = 10.0
+# The TensorRT-LLM backend's words for a task id it does not hold (every version since v0.9) and
+# for a LoRA cache whose adapters are all in use (older, then newer wording).
 LORA_NOT_CACHED = "not found in cache. Please send LoRA weights with request"
 LORA_CACHE_FULL = ("Cache is full. There are no done tasks to evict", "PEFT Cache is full")
 
