@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from deploy.publish import publish_dir
+from deploy.publish import library_versions, publish_dir
 from deploy.tiny_model import SEED, _quiet_progress_bars, default_cache_root
 
 logger = logging.getLogger(__name__)
@@ -345,9 +345,6 @@ def tokenizer_dir(name: str, *, cache: Path | None = None) -> Path:
 
 
 def _model_key(family: Family) -> str:
-    import tokenizers
-    import torch
-    import transformers
 
     key = {
         # Any edit of this module (a family's knobs, a template) gets a new directory.
@@ -357,7 +354,7 @@ def _model_key(family: Family) -> str:
         "seed": SEED,
         "common": COMMON_MODEL,
         # Random init may change across library versions; a new version gets a new directory.
-        "versions": [tokenizers.__version__, transformers.__version__, torch.__version__],
+        "versions": library_versions(),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 

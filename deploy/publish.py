@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
+from importlib.metadata import version
 from pathlib import Path
 
 
@@ -56,3 +57,11 @@ def publish_dir(
         return True
     finally:
         shutil.rmtree(building, ignore_errors=True)
+
+
+def library_versions() -> list[str]:
+    """The versions of tokenizers, transformers and torch, which a cached model's key includes
+    (training and random initialization may change between them). Read from the packages'
+    metadata, the same strings as their `__version__`: importing torch and transformers to ask
+    costs seconds of CPU, paid by every `gateway dev` start that finds its model built."""
+    return [version("tokenizers"), version("transformers"), version("torch")]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from deploy.publish import publish_dir
+from deploy.publish import library_versions, publish_dir
 from deploy.tiny_corpus import AGENT_CORPUS
 from deploy.tiny_model import default_cache_root
 
@@ -42,15 +42,12 @@ MAX_SEQ_LENGTH: Final = 128
 
 
 def _key(kind: str) -> str:
-    import tokenizers
-    import torch
-    import transformers
 
     key = {
         "source": hashlib.sha256(Path(__file__).read_bytes()).hexdigest(),
         "kind": kind,
         "corpus": hashlib.sha256(AGENT_CORPUS.encode()).hexdigest(),
-        "versions": [tokenizers.__version__, transformers.__version__, torch.__version__],
+        "versions": library_versions(),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 

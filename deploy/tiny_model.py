@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from deploy.publish import publish_dir
+from deploy.publish import library_versions, publish_dir
 from deploy.tiny_corpus import AGENT_CORPUS
 
 logger = logging.getLogger(__name__)
@@ -298,9 +298,6 @@ def default_cache_root() -> Path:
 
 
 def _recipe_key(kind: str) -> str:
-    import tokenizers
-    import torch
-    import transformers
 
     recipe = RECIPES[kind]
     key = {
@@ -319,7 +316,7 @@ def _recipe_key(kind: str) -> str:
         "model": dict(recipe.model),
         "dtype": recipe.dtype,
         # Training and random init may change across library versions; a new version gets a new dir.
-        "versions": [tokenizers.__version__, transformers.__version__, torch.__version__],
+        "versions": library_versions(),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 

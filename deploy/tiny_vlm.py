@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from deploy.families import COMMON_MODEL, FAMILIES, PACKAGE_VERSION, tokenizer_dir
-from deploy.publish import publish_dir
+from deploy.publish import library_versions, publish_dir
 from deploy.tiny_model import SEED, _quiet_progress_bars, default_cache_root
 
 logger = logging.getLogger(__name__)
@@ -95,9 +95,6 @@ def _recipe(name: str) -> VisionRecipe:
 
 
 def _model_key(recipe: VisionRecipe) -> str:
-    import tokenizers
-    import torch
-    import transformers
 
     family = FAMILIES[recipe.family]
     key = {
@@ -107,7 +104,7 @@ def _model_key(recipe: VisionRecipe) -> str:
         ).hexdigest(),
         "package": [family.package, PACKAGE_VERSION, family.sha256],
         "seed": SEED,
-        "versions": [tokenizers.__version__, transformers.__version__, torch.__version__],
+        "versions": library_versions(),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -211,7 +211,8 @@ def load_settings(args: argparse.Namespace) -> Settings:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     prog = f"gateway {args.command}"
-    if args.command in ("serve", "check"):
+    if args.command in ("serve", "check", "dev"):
+        # `gateway dev` builds its tiny model in a child process: this one only serves.
         from gateway.text.tokenizer import keep_torch_out
 
         keep_torch_out()

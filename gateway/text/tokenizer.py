@@ -119,7 +119,7 @@ def keep_torch_out() -> None:
     MB in every worker. `sys.modules["torch"] = None` makes `importlib.util.find_spec` answer that
     there is no torch, so transformers takes the path it takes without it. Done only before
     transformers is imported (it decides once), never once torch is, and not in a process that
-    needs torch (`gateway dev` builds models with it)."""
+    needs torch (models are built in processes of their own: `python -m deploy.tiny_model`)."""
     if "torch" in sys.modules or "transformers" in sys.modules:
         return
     sys.modules["torch"] = None  # type: ignore[assignment]

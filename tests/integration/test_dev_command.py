@@ -26,6 +26,20 @@ STARTUP_TIMEOUT_S = 300.0
 READY_WORD = re.compile(r"\bready\b", re.IGNORECASE)
 
 
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    parents = [pid]
+    while parents:
+        listed = subprocess.run(["pgrep", "-P", ",".join(map(str, parents))], capture_output=True, text=True)
+        parents = [int(p) for p in listed.stdout.split()]
+        found += parents
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+
+
 def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser() -> None:
     port = free_port()
     command = [str(Path(sys.executable).with_name("gateway")), "dev", "--port", str(port)]
@@ -87,6 +101,12 @@ def test_gateway_dev_says_serving_only_when_it_serves_and_sets_the_tool_parser()
         # The dev default is hermes; --tool-parser none reached the model: a 400 asking for one.
         assert r.status_code == 400, r.text
         assert "tool_parser" in r.json()["error"]["message"]
+        # Neither the gateway nor the synthetic engine (no model to run) loaded torch: each start of
+        # it costs seconds of CPU.
+        engines = [p for p in _descendants(proc.pid) if "tensorrt_llm/1/model.py" in _cmdline(p)]
+        assert engines, "the stack's engine should be running"
+        for pid in [proc.pid, *engines]:
+            assert "libtorch" not in Path(f"/proc/{pid}/maps").read_text(), _cmdline(pid)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -112,15 +132,8 @@ def test_gateway_dev_leaves_no_process_behind(signum: int) -> None:
             assert proc.poll() is None, "gateway dev exited early"
             time.sleep(0.2)
         # This gateway's own process tree only: another stack on the machine is not ours to judge.
-        descendants: list[int] = []
-        parents = [proc.pid]
-        while parents:
-            found = subprocess.run(
-                ["pgrep", "-P", ",".join(map(str, parents))], capture_output=True, text=True
-            )
-            parents = [int(p) for p in found.stdout.split()]
-            descendants += parents
-        assert any("tritonserver" in Path(f"/proc/{p}/cmdline").read_text() for p in descendants), (
+        descendants = _descendants(proc.pid)
+        assert any("tritonserver" in _cmdline(p) for p in descendants), (
             "the Triton stack should be running"
         )
         proc.send_signal(signum)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 from typing import Any
@@ -297,6 +298,11 @@ class TritonPythonModel:
 
     @staticmethod
     def _synthetic_candidates(model_dir: str) -> list[int]:
+        # Synthetic mode never runs a model, and this process is this model's alone: its tokenizer
+        # is loaded without torch, which transformers would otherwise import with it (seconds of
+        # CPU at every start where torch is installed). Only before transformers is first imported.
+        if "torch" not in sys.modules and "transformers" not in sys.modules:
+            sys.modules["torch"] = None  # type: ignore[assignment]
         from transformers import AutoTokenizer
 
         candidates = ordinary_token_ids(AutoTokenizer.from_pretrained(model_dir))
