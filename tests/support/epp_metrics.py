@@ -2,7 +2,7 @@
 llm-d/llm-d-router's core metrics extractor (pkg/epp/framework/plugins/datalayer/extractor/metrics/:
 factories.go for the engine types' metric specs, spec.go and loraspec.go for spec parsing and the
 newest-sample rules, extractor.go for what is taken from each), as read at commit
-ebab687927f5331c1b39defcb579a07951bce56c (the same rules as its v0.9.0 release, 5f4e762f).
+ebab687927f5331c1b39defcb579a07951bce56c (the same rules as its v0.10.0 release, 71f4f099).
 
 Written from those files' behaviour, not their code: a spec is `name` or `name{label=value,...}`
 (values quoted or not); among the series of a family whose labels match, the one with the newest

@@ -552,7 +552,11 @@ def test_the_custom_resource_schemas_reject_misspelt_and_invalid_fields() -> Non
     route["spec"]["rules"][0]["backendRefs"][0]["kind"] = "Inference Pool"
     no_port = copy.deepcopy(one(IG, "InferencePool", "trtllm"))
     del no_port["spec"]["endpointPickerRef"]["port"]
-    for doc in (pool, objective, route, no_port):
+    service_no_port = copy.deepcopy(no_port)
+    service_no_port["spec"]["endpointPickerRef"]["kind"] = "Service"
+    twice = copy.deepcopy(one(IG, "InferencePool", "trtllm"))
+    twice["spec"]["targetPorts"] *= 2
+    for doc in (pool, objective, route, no_port, service_no_port, twice):
         with pytest.raises(jsonschema.ValidationError):
             validate(doc, KUBERNETES_VERSIONS[0])
     config = epp_config()
@@ -609,7 +613,7 @@ def test_the_epp_is_pinned_and_configured_with_the_gateways_port_and_engine_type
 
     epp = one(IG, "Deployment", "trtllm-epp")
     image = container(epp, "epp")["image"]
-    assert image == f"{EPP_IMAGE}:v0.9.0"
+    assert image == f"{EPP_IMAGE}:v0.10.0"
     config = epp_config()
     plugins = {p["type"]: p for p in config["plugins"]}
     pool = one(IG, "InferencePool", "trtllm")
