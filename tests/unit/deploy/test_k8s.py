@@ -635,6 +635,8 @@ def test_the_epp_is_pinned_and_configured_with_the_gateways_port_and_engine_type
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == ref["port"]["number"]]
     ports = {p["name"]: p["containerPort"] for p in container(epp, "epp")["ports"]}
     assert ports[port["targetPort"]] == ref["port"]["number"]
+    assert port["appProtocol"] == "kubernetes.io/h2c", "ext-proc is gRPC: HTTP/2, as the chart says"
+    assert "--tracing=false" in container(epp, "epp")["args"], "no trace collector in the overlay"
     assert service["spec"]["selector"].items() <= epp["spec"]["template"]["metadata"]["labels"].items()
     args = container(epp, "epp")["args"]
     assert args[args.index("--pool-name") + 1] == pool["metadata"]["name"]
