@@ -242,6 +242,15 @@ class EndpointMetrics:
     errors: list[str] = field(default_factory=list)
 
 
+def _atoi(text: str, errors: list[str], keep: int | None) -> int | None:
+    """A label as Go's strconv.Atoi reads it (sign and digits only); on an error the EPP logs it and
+    keeps what it had."""
+    if re.fullmatch(r"[+-]?[0-9]+", text):
+        return int(text)
+    errors.append(f'strconv.Atoi: parsing "{text}": invalid syntax')
+    return keep
+
+
 def extract(text: str, engine: str = "vllm") -> EndpointMetrics:
     specs = ENGINES[engine]
     out = EndpointMetrics()
@@ -272,13 +281,13 @@ def extract(text: str, engine: str = "vllm") -> EndpointMetrics:
         out.active_models = _adapters(sample.labels.get(RUNNING_ADAPTERS, ""))
         out.waiting_models = _adapters(sample.labels.get(WAITING_ADAPTERS, ""))
         if sample.labels.get(MAX_LORA):
-            out.max_active_models = int(sample.labels[MAX_LORA])
+            out.max_active_models = _atoi(sample.labels[MAX_LORA], out.errors, out.max_active_models)
     if (sample := read(specs.cache_info)) is not None:
         size = sample.labels.get(specs.block_size_label, "")
         blocks = sample.labels.get(specs.num_blocks_label, "")
-        out.cache_block_size = int(size) if size else 0
+        out.cache_block_size = _atoi(size, out.errors, 0) if size else 0
         if blocks:
-            out.cache_num_blocks = int(blocks)
+            out.cache_num_blocks = _atoi(blocks, out.errors, out.cache_num_blocks)
     if (sample := read(specs.block_size)) is not None:
         out.cache_block_size = int(sample.value)
     if (sample := read(specs.num_blocks)) is not None:

@@ -190,3 +190,17 @@ def test_an_exposition_the_epps_text_parser_refuses_is_read_as_nothing(text: str
     good = 'vllm:num_requests_waiting{model_name="a"} 1\n'
     found = epp_metrics.extract("# TYPE vllm:num_requests_waiting gauge\n" + good + text)
     assert found.waiting_queue_size is None and len(found.errors) == 1 and refusal in found.errors[0]
+
+
+def test_integer_labels_are_read_as_go_reads_them() -> None:
+    text = (
+        "# TYPE vllm:lora_requests_info gauge\n"
+        'vllm:lora_requests_info{max_lora="eight",running_lora_adapters="a",waiting_lora_adapters=""} 5\n'
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="1_6",num_gpu_blocks="+64"} 1\n'
+    )
+    found = epp_metrics.extract(text)
+    assert found.active_models == {"a"} and found.max_active_models is None
+    assert (found.cache_block_size, found.cache_num_blocks) == (0, 64)
+    assert 'strconv.Atoi: parsing "eight": invalid syntax' in found.errors
+    assert 'strconv.Atoi: parsing "1_6": invalid syntax' in found.errors
