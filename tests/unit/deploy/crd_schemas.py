@@ -6,7 +6,8 @@ ships these CRDs as schemas a Python test can load offline, so the constraints a
 
 - InferencePool `inference.networking.k8s.io/v1`: kubernetes-sigs/gateway-api-inference-extension
   v1.5.0 (df9f8909fe06fe2dfd4a6fc0bd0c01a0acabf849),
-  config/crd/bases/inference.networking.k8s.io_inferencepools.yaml.
+  config/crd/bases/inference.networking.k8s.io_inferencepools.yaml (the release llm-d-router v0.10.0's
+  go.mod requires, with gateway-api v1.5.1).
 - InferenceObjective `llm-d.ai/v1alpha2`: llm-d/llm-d-router v0.10.0
   (71f4f0999f95b96c49a9d0c4afbd18dfdb943c26), config/crd/bases/llm-d.ai_inferenceobjectives.yaml.
 - HTTPRoute `gateway.networking.k8s.io/v1`: kubernetes-sigs/gateway-api v1.5.1
