@@ -597,6 +597,8 @@ def test_the_pool_targets_the_gateway_beside_triton_in_each_pod() -> None:
     assert settings.triton_metrics_url == [f"http://127.0.0.1:{triton['triton-metrics']}/metrics"]
     # One worker: the admission queue the metrics report is the pod's.
     assert settings.workers == 1
+    # The EPP scrapes without credentials (only a client certificate, over https).
+    assert not settings.protect_metrics
     assert container(deployment, "triton")["resources"]["limits"]["nvidia.com/gpu"] >= 1
     assert container(deployment, "gateway")["readinessProbe"]["httpGet"] == {
         "path": "/health/ready",
