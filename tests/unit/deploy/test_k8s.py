@@ -629,6 +629,9 @@ def test_the_epp_is_pinned_and_configured_with_the_gateways_port_and_engine_type
     assert {specs.queued, specs.running, specs.kv_usage, specs.lora, specs.cache_info} == set(
         modelserver.FAMILIES
     )
+    # Its flow control stays off (the default): requests queue in the gateways, where the queue
+    # scorer and the autoscaler see them (docs/deploy/inference-gateway.md).
+    assert "flowControl" not in config.get("featureGates", [])
     scored = {ref["pluginRef"] for profile in config["schedulingProfiles"] for ref in profile["plugins"]}
     assert {"queue-scorer", "kv-cache-utilization-scorer", "lora-affinity-scorer"} <= scored <= set(plugins)
     # The pool names the EPP's Service and its ext-proc port, which reaches the container's.
