@@ -222,6 +222,11 @@ ENDPOINT_PICKER_CONFIG = _object(
     {
         "apiVersion": {"const": "llm-d.ai/v1alpha1"},
         "kind": {"const": "EndpointPickerConfig"},
+        # Gate names, each optionally "=true" or "=false".
+        "featureGates": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9-]*(=(true|false))?$"},
+        },
         "plugins": {
             "type": "array",
             "items": {
