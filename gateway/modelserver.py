@@ -8,7 +8,7 @@ nobody knows is left out: the EPP then does without it (docs/deploy/inference-ga
 
 Names as llm-d/llm-d-router's built-in `vllm` engine config gives them
 (pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go and extractor.go at commit
-ebab687927f5331c1b39defcb579a07951bce56c; the same in its v0.9.0 release).
+ebab687927f5331c1b39defcb579a07951bce56c; the same in its v0.10.0 release).
 """
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ class AdmissionMiddleware:
 
 
 # The header an Inference Gateway request names its InferenceObjective in (llm-d-router's
-# pkg/epp/metadata/consts.go, v0.9.0), and the Gateway API Inference Extension's older name.
+# pkg/epp/metadata/consts.go, v0.10.0), and the Gateway API Inference Extension's older name.
 OBJECTIVE_HEADERS = (b"x-llm-d-inference-objective", b"x-gateway-inference-objective")
 
 

@@ -2,13 +2,18 @@
 llm-d/llm-d-router's core metrics extractor (pkg/epp/framework/plugins/datalayer/extractor/metrics/:
 factories.go for the engine types' metric specs, spec.go and loraspec.go for spec parsing and the
 newest-sample rules, extractor.go for what is taken from each), as read at commit
-ebab687927f5331c1b39defcb579a07951bce56c (the same rules as its v0.9.0 release, 5f4e762f).
+ebab687927f5331c1b39defcb579a07951bce56c (the same rules as its v0.10.0 release, 71f4f099).
 
 Written from those files' behaviour, not their code: a spec is `name` or `name{label=value,...}`
 (values quoted or not); among the series of a family whose labels match, the one with the newest
 timestamp wins (no timestamp counts as 0, the first of equals wins); for the LoRA spec the series
-with the largest value wins (its value is a timestamp). A spec that matches nothing is an error the
-EPP logs, and the metric keeps its previous value (here: None); an absent LoRA family is no error.
+with the largest value wins (its value is a timestamp). A series' value is read from gauges and
+counters only (an untyped, histogram or summary series reads 0). A spec that matches nothing is an
+error the EPP logs, and the metric keeps its previous value (here: None); an absent LoRA family is
+no error. The EPP parses the exposition with prometheus/common's text parser (legacy name
+validation, source/metrics/datasource.go), which refuses the whole scrape on a second HELP or TYPE
+line for a family, a TYPE after the family's samples, an unknown type or a name that is not a legacy
+metric name: then nothing is read (here: every metric None, the parse error in `errors`).
 
     python -m tests.support.epp_metrics http://127.0.0.1:9000/metrics [--engine vllm]
 
@@ -35,7 +40,7 @@ class EngineSpecs:
 
     queued: str
     running: str
-    kv_usage: str
+    kv_usage: str = ""
     lora: str = ""
     cache_info: str = ""
     block_size_label: str = "block_size"
@@ -53,6 +58,21 @@ ENGINES: dict[str, EngineSpecs] = {
         lora="vllm:lora_requests_info",
         cache_info="vllm:cache_config_info",
     ),
+    "sglang": EngineSpecs(
+        queued="sglang:num_queue_reqs",
+        running="sglang:num_running_reqs",
+        kv_usage="sglang:token_usage",
+        cache_info="sglang:cache_config_info",
+        block_size_label="page_size",
+        num_blocks_label="num_pages",
+    ),
+    "trtllm-serve": EngineSpecs(
+        queued="trtllm_num_requests_waiting",
+        running="trtllm_num_requests_running",
+        kv_usage="trtllm_kv_cache_utilization",
+        block_size="trtllm_kv_cache_tokens_per_block",
+        num_blocks="trtllm_kv_cache_max_blocks",
+    ),
     "triton-tensorrt-llm": EngineSpecs(
         queued="nv_trt_llm_request_metrics{request_type=waiting}",
         running="nv_trt_llm_request_metrics{request_type=scheduled}",
@@ -60,6 +80,8 @@ ENGINES: dict[str, EngineSpecs] = {
         block_size="nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=tokens_per}",
         num_blocks="nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max}",
     ),
+    # Triton's own metrics, for non-LLM models (no KV cache, no LoRA).
+    "triton": EngineSpecs(queued="nv_inference_pending_request_count", running="nv_inference_exec_count"),
 }
 # The pod label naming a pod's engine type, and the Gateway API Inference Extension's older one.
 ENGINE_LABEL = "llm-d.ai/engine-type"
@@ -113,17 +135,68 @@ class Sample:
 Families = dict[str, list[Sample]]
 
 
+# The type names the Go parser knows (client_model's MetricType, upper-cased).
+_TYPES = {"counter", "gauge", "summary", "untyped", "histogram", "gauge_histogram"}
+
+
+def check_exposition(text: str) -> str | None:
+    """The text parser's refusals that prometheus_client's lenient parser lets through: the error
+    that makes the EPP drop the whole scrape, or None."""
+    helped: set[str] = set()
+    typed: set[str] = set()
+    sampled: set[str] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        at = f"text format parsing error in line {number}:"
+        words = line.split(None, 3)
+        if len(words) >= 3 and words[0] == "#" and words[1] in ("HELP", "TYPE"):
+            name = words[2]
+            if not _METRIC_NAME.match(name):
+                return f"{at} invalid metric name in comment"
+            if words[1] == "HELP":
+                if name in helped:
+                    return f'{at} second HELP line for metric name "{name}"'
+                helped.add(name)
+                continue
+            if name in typed or name in sampled:
+                return f'{at} second TYPE line for metric name "{name}", or TYPE reported after samples'
+            if len(words) < 4 or words[3].strip().lower() not in _TYPES:
+                return f"{at} unknown metric type"
+            typed.add(name)
+        elif line.strip() and not line.lstrip().startswith("#"):
+            name = re.split(r"[\s{]", line.strip(), maxsplit=1)[0]
+            if not _METRIC_NAME.match(name):
+                return f"{at} invalid metric name"
+            sampled.add(name)
+    return None
+
+
+def _declared(text: str) -> dict[str, str]:
+    """Family names as the TYPE lines give them (the Go parser keys counters by the declared name;
+    prometheus_client renames a counter's samples to NAME_total)."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[:2] == ["#", "TYPE"]:
+            found[words[2]] = words[3].lower()
+    return found
+
+
 def parse_exposition(text: str) -> Families:
-    """Prometheus text -> samples by family name (gauges and counters: what the extractor reads)."""
+    """Prometheus text -> samples by family name, each with the value the extractor reads
+    (spec.go's extractValue: a gauge's or counter's value, else 0)."""
+    declared = _declared(text)
     families: Families = {}
     for family in text_string_to_metric_families(text):
+        name = family.name
+        if family.type == "counter":
+            name = name + "_total" if declared.get(name + "_total") == "counter" else name
         for sample in family.samples:
             if family.type == "counter" and sample.name != family.name + "_total":
                 continue  # a counter's _created sample
-            name = family.name + "_total" if family.type == "counter" else family.name
+            value = float(sample.value) if family.type in ("gauge", "counter") else 0.0
             ts = sample.timestamp
             millis = int(float(ts) * 1000) if ts is not None else 0
-            families.setdefault(name, []).append(Sample(dict(sample.labels), float(sample.value), millis))
+            families.setdefault(name, []).append(Sample(dict(sample.labels), value, millis))
     return families
 
 
@@ -169,10 +242,23 @@ class EndpointMetrics:
     errors: list[str] = field(default_factory=list)
 
 
+def _atoi(text: str, errors: list[str], keep: int | None) -> int | None:
+    """A label as Go's strconv.Atoi reads it (sign and digits only); on an error the EPP logs it and
+    keeps what it had."""
+    if re.fullmatch(r"[+-]?[0-9]+", text):
+        return int(text)
+    errors.append(f'strconv.Atoi: parsing "{text}": invalid syntax')
+    return keep
+
+
 def extract(text: str, engine: str = "vllm") -> EndpointMetrics:
     specs = ENGINES[engine]
-    families = parse_exposition(text)
     out = EndpointMetrics()
+    refused = check_exposition(text)
+    if refused is not None:
+        out.errors.append(refused)
+        return out
+    families = parse_exposition(text)
 
     def read(spec_text: str) -> Sample | None:
         spec = parse_spec(spec_text)
@@ -195,13 +281,13 @@ def extract(text: str, engine: str = "vllm") -> EndpointMetrics:
         out.active_models = _adapters(sample.labels.get(RUNNING_ADAPTERS, ""))
         out.waiting_models = _adapters(sample.labels.get(WAITING_ADAPTERS, ""))
         if sample.labels.get(MAX_LORA):
-            out.max_active_models = int(sample.labels[MAX_LORA])
+            out.max_active_models = _atoi(sample.labels[MAX_LORA], out.errors, out.max_active_models)
     if (sample := read(specs.cache_info)) is not None:
         size = sample.labels.get(specs.block_size_label, "")
         blocks = sample.labels.get(specs.num_blocks_label, "")
-        out.cache_block_size = int(size) if size else 0
+        out.cache_block_size = _atoi(size, out.errors, 0) if size else 0
         if blocks:
-            out.cache_num_blocks = int(blocks)
+            out.cache_num_blocks = _atoi(blocks, out.errors, out.cache_num_blocks)
     if (sample := read(specs.block_size)) is not None:
         out.cache_block_size = int(sample.value)
     if (sample := read(specs.num_blocks)) is not None:

@@ -6,14 +6,19 @@ ships these CRDs as schemas a Python test can load offline, so the constraints a
 
 - InferencePool `inference.networking.k8s.io/v1`: kubernetes-sigs/gateway-api-inference-extension
   v1.5.0 (df9f8909fe06fe2dfd4a6fc0bd0c01a0acabf849),
-  config/crd/bases/inference.networking.k8s.io_inferencepools.yaml.
-- InferenceObjective `llm-d.ai/v1alpha2`: llm-d/llm-d-router v0.9.0
-  (5f4e762f341a5196393ce79f8a57c3e1900c4a6b), config/crd/bases/llm-d.ai_inferenceobjectives.yaml.
+  config/crd/bases/inference.networking.k8s.io_inferencepools.yaml (the release llm-d-router v0.10.0's
+  go.mod requires, with gateway-api v1.5.1).
+- InferenceObjective `llm-d.ai/v1alpha2`: llm-d/llm-d-router v0.10.0
+  (71f4f0999f95b96c49a9d0c4afbd18dfdb943c26), config/crd/bases/llm-d.ai_inferenceobjectives.yaml.
 - HTTPRoute `gateway.networking.k8s.io/v1`: kubernetes-sigs/gateway-api v1.5.1
   (e7677b70ae75d14a4448fba94870e7deea6cf0ad), config/crd/standard/gateway.networking.k8s.io_httproutes.yaml.
 - EndpointPickerConfig `llm-d.ai/v1alpha1` (the EPP's plugins file, not a cluster object): llm-d/llm-d-router
-  v0.9.0, apix/config/v1alpha1/endpointpickerconfig_types.go and the parameters of the plugins used
-  (metrics data source: scheme, path, port 1-65535; core metrics extractor: defaultEngine).
+  v0.10.0, apix/config/v1alpha1/endpointpickerconfig_types.go and the parameters of the plugins used,
+  which the EPP decodes strictly (an unknown parameter stops it): the metrics data source's
+  (pkg/epp/framework/plugins/datalayer/source/metrics/datasource.go: scheme, path, port 1-65535,
+  insecureSkipVerify, caCertPath, clientCertPath, clientKeyPath, interval; `port` is new in v0.10.0,
+  v0.9.0 refuses it) and the core metrics extractor's (extractor/metrics/factories.go:
+  engineLabelKey, defaultEngine, engineConfigs).
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ INFERENCE_POOL = _resource(
                 "type": "array",
                 "minItems": 1,
                 "maxItems": 8,
+                # The CRD's CEL rule: port numbers are unique (the items hold only the number).
+                "uniqueItems": True,
                 "items": _object({"number": PORT_NUMBER}, ["number"]),
             },
             "appProtocol": {"enum": ["http", "kubernetes.io/h2c"]},
@@ -85,7 +92,12 @@ INFERENCE_POOL = _resource(
                     ["name"],
                 ),
                 # The CRD's CEL rule: a Service (the default kind) needs its port.
-                "if": {"not": {"required": ["kind"]}},
+                "if": {
+                    "anyOf": [
+                        {"not": {"required": ["kind"]}},
+                        {"required": ["kind"], "properties": {"kind": {"const": "Service"}}},
+                    ]
+                },
                 "then": {"required": ["port"]},
             },
         },
@@ -189,11 +201,20 @@ _PLUGIN_PARAMETERS: dict[str, dict[str, Any]] = {
             "path": {"type": "string", "pattern": "^/"},
             "port": PORT_NUMBER,
             "insecureSkipVerify": {"type": "boolean"},
+            "caCertPath": {"type": "string"},
+            "clientCertPath": {"type": "string"},
+            "clientKeyPath": {"type": "string"},
+            "interval": {"type": "string"},
         },
         [],
     ),
     "core-metrics-extractor": _object(
-        {"defaultEngine": {"enum": ["vllm", "sglang", "trtllm-serve", "triton-tensorrt-llm", "triton"]}}, []
+        {
+            "engineLabelKey": {"type": "string"},
+            "defaultEngine": {"enum": ["vllm", "sglang", "trtllm-serve", "triton-tensorrt-llm", "triton"]},
+            "engineConfigs": {"type": "array", "items": {"type": "object"}},
+        },
+        [],
     ),
 }
 _SCORERS = ("queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer", "lora-affinity-scorer")
@@ -201,6 +222,11 @@ ENDPOINT_PICKER_CONFIG = _object(
     {
         "apiVersion": {"const": "llm-d.ai/v1alpha1"},
         "kind": {"const": "EndpointPickerConfig"},
+        # Gate names, each optionally "=true" or "=false".
+        "featureGates": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[A-Za-z][A-Za-z0-9-]*(=(true|false))?$"},
+        },
         "plugins": {
             "type": "array",
             "items": {

@@ -552,7 +552,11 @@ def test_the_custom_resource_schemas_reject_misspelt_and_invalid_fields() -> Non
     route["spec"]["rules"][0]["backendRefs"][0]["kind"] = "Inference Pool"
     no_port = copy.deepcopy(one(IG, "InferencePool", "trtllm"))
     del no_port["spec"]["endpointPickerRef"]["port"]
-    for doc in (pool, objective, route, no_port):
+    service_no_port = copy.deepcopy(no_port)
+    service_no_port["spec"]["endpointPickerRef"]["kind"] = "Service"
+    twice = copy.deepcopy(one(IG, "InferencePool", "trtllm"))
+    twice["spec"]["targetPorts"] *= 2
+    for doc in (pool, objective, route, no_port, service_no_port, twice):
         with pytest.raises(jsonschema.ValidationError):
             validate(doc, KUBERNETES_VERSIONS[0])
     config = epp_config()
@@ -593,6 +597,8 @@ def test_the_pool_targets_the_gateway_beside_triton_in_each_pod() -> None:
     assert settings.triton_metrics_url == [f"http://127.0.0.1:{triton['triton-metrics']}/metrics"]
     # One worker: the admission queue the metrics report is the pod's.
     assert settings.workers == 1
+    # The EPP scrapes without credentials (only a client certificate, over https).
+    assert not settings.protect_metrics
     assert container(deployment, "triton")["resources"]["limits"]["nvidia.com/gpu"] >= 1
     assert container(deployment, "gateway")["readinessProbe"]["httpGet"] == {
         "path": "/health/ready",
@@ -609,7 +615,7 @@ def test_the_epp_is_pinned_and_configured_with_the_gateways_port_and_engine_type
 
     epp = one(IG, "Deployment", "trtllm-epp")
     image = container(epp, "epp")["image"]
-    assert image == f"{EPP_IMAGE}:v0.9.0"
+    assert image == f"{EPP_IMAGE}:v0.10.0"
     config = epp_config()
     plugins = {p["type"]: p for p in config["plugins"]}
     pool = one(IG, "InferencePool", "trtllm")
@@ -623,6 +629,9 @@ def test_the_epp_is_pinned_and_configured_with_the_gateways_port_and_engine_type
     assert {specs.queued, specs.running, specs.kv_usage, specs.lora, specs.cache_info} == set(
         modelserver.FAMILIES
     )
+    # Its flow control stays off (the default): requests queue in the gateways, where the queue
+    # scorer and the autoscaler see them (docs/deploy/inference-gateway.md).
+    assert "flowControl" not in config.get("featureGates", [])
     scored = {ref["pluginRef"] for profile in config["schedulingProfiles"] for ref in profile["plugins"]}
     assert {"queue-scorer", "kv-cache-utilization-scorer", "lora-affinity-scorer"} <= scored <= set(plugins)
     # The pool names the EPP's Service and its ext-proc port, which reaches the container's.
@@ -631,6 +640,8 @@ def test_the_epp_is_pinned_and_configured_with_the_gateways_port_and_engine_type
     (port,) = [p for p in service["spec"]["ports"] if p["port"] == ref["port"]["number"]]
     ports = {p["name"]: p["containerPort"] for p in container(epp, "epp")["ports"]}
     assert ports[port["targetPort"]] == ref["port"]["number"]
+    assert port["appProtocol"] == "kubernetes.io/h2c", "ext-proc is gRPC: HTTP/2, as the chart says"
+    assert "--tracing=false" in container(epp, "epp")["args"], "no trace collector in the overlay"
     assert service["spec"]["selector"].items() <= epp["spec"]["template"]["metadata"]["labels"].items()
     args = container(epp, "epp")["args"]
     assert args[args.index("--pool-name") + 1] == pool["metadata"]["name"]

@@ -156,3 +156,51 @@ def test_objective_priorities_and_triton_metrics_urls_parse_from_flags_and_envir
             Settings(**bad)
     with pytest.raises(ValidationError, match="expected http://HOST:PORT/metrics"):
         Settings(triton_metrics_url=["t-0:8002"])
+
+
+def test_values_are_read_from_gauges_and_counters_only_and_counters_by_their_declared_name() -> None:
+    text = (
+        "vllm:num_requests_waiting 5\n"  # untyped: the EPP reads 0
+        "# TYPE vllm:num_requests_running gauge\n"
+        "vllm:num_requests_running 3\n"
+        "# TYPE nv_inference_pending_request_count gauge\n"
+        'nv_inference_pending_request_count{model="m",version="1"} 2\n'
+        # Triton's counters keep the name their TYPE line gives (no _total).
+        "# TYPE nv_inference_exec_count counter\n"
+        'nv_inference_exec_count{model="m",version="1"} 7\n'
+    )
+    vllm = epp_metrics.extract(text)
+    assert (vllm.waiting_queue_size, vllm.running_requests_size) == (0, 3)
+    triton = epp_metrics.extract(text, engine="triton")
+    assert (triton.waiting_queue_size, triton.running_requests_size) == (2, 7)
+    assert triton.errors == []
+
+
+@pytest.mark.parametrize(
+    ("text", "refusal"),
+    [
+        ("# TYPE a gauge\na 1\n# TYPE a gauge\n", 'second TYPE line for metric name "a"'),
+        ("a 1\n# TYPE a gauge\n", "or TYPE reported after samples"),
+        ("# HELP a x\n# HELP a y\n", 'second HELP line for metric name "a"'),
+        ("# TYPE a info\na 1\n", "unknown metric type"),
+        ("a.b 1\n", "invalid metric name"),
+    ],
+)
+def test_an_exposition_the_epps_text_parser_refuses_is_read_as_nothing(text: str, refusal: str) -> None:
+    good = 'vllm:num_requests_waiting{model_name="a"} 1\n'
+    found = epp_metrics.extract("# TYPE vllm:num_requests_waiting gauge\n" + good + text)
+    assert found.waiting_queue_size is None and len(found.errors) == 1 and refusal in found.errors[0]
+
+
+def test_integer_labels_are_read_as_go_reads_them() -> None:
+    text = (
+        "# TYPE vllm:lora_requests_info gauge\n"
+        'vllm:lora_requests_info{max_lora="eight",running_lora_adapters="a",waiting_lora_adapters=""} 5\n'
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="1_6",num_gpu_blocks="+64"} 1\n'
+    )
+    found = epp_metrics.extract(text)
+    assert found.active_models == {"a"} and found.max_active_models is None
+    assert (found.cache_block_size, found.cache_num_blocks) == (0, 64)
+    assert 'strconv.Atoi: parsing "eight": invalid syntax' in found.errors
+    assert 'strconv.Atoi: parsing "1_6": invalid syntax' in found.errors
