@@ -55,6 +55,32 @@ async def test_echo_with_logprobs_streams_the_prompts_logprobs_first(make_client
     assert tokens == whole["tokens"] and values == whole["token_logprobs"]
 
 
+@pytest.mark.parametrize("shape", [{"prompt": ["Say:", "Tell me:"]}, {"prompt": "Say:", "n": 2}])
+async def test_a_streamed_echo_waits_for_its_prompts_logprobs_wherever_they_come(
+    make_client: MakeClient, shape: dict
+) -> None:
+    """A prompt's log probabilities may come on a later engine response than a choice's first token
+    (another prompt's request, another sequence, another of n requests answers first): each choice
+    still streams its echo with them first, then its tokens, as the whole completion gives them."""
+    client, _ = await make_client(reply=lambda req, i: "Hi you", prompt_logprobs_last=True)
+    body = {"model": "tiny", **shape, "logprobs": 1, "echo": True, "max_tokens": 8}
+    whole = {c["index"]: c for c in (await client.post("/v1/completions", json=body)).json()["choices"]}
+    r = await client.post("/v1/completions", json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    texts: dict[int, list[str]] = {i: [] for i in whole}
+    values: dict[int, list[float | None]] = {i: [] for i in whole}
+    for chunk in chunks_of(r.text):
+        assert "error" not in chunk, chunk
+        (choice,) = chunk["choices"]
+        texts[choice["index"]].append(choice["text"])
+        if choice["logprobs"]:
+            values[choice["index"]] += choice["logprobs"]["token_logprobs"]
+    for i, choice in whole.items():
+        echo = choice["text"].removesuffix("Hi you")
+        assert texts[i][0] == echo and "".join(texts[i]) == choice["text"]
+        assert values[i] == choice["logprobs"]["token_logprobs"] and values[i][0] is None
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_max_tokens_0_with_echo_scores_without_generating(
     make_client: MakeClient, stream: bool
