@@ -162,6 +162,37 @@ async def test_rerank_and_score_apply_the_cross_encoders_sigmoid(served: Served)
     assert np.allclose([d["score"] for d in r.json()["data"]], probs)
 
 
+async def test_rerank_and_score_take_vllms_other_names_and_name_back_ignored_fields(served: Served) -> None:
+    tokenizer = loaded_tokenizer(served.score_dir)
+    docs = ["first document", "second one here"]
+    pairs = [tokenizer.encode_pair("query", d)[0] for d in docs]
+    logits = [pair_logit(p) for p in pairs]
+    tokens = sum(map(len, pairs))
+    # vLLM's names for the two sides of a score request, and its older name for use_activation.
+    for first, second in (("queries", "documents"), ("queries", "items"), ("data_1", "data_2")):
+        body = {"model": "rr", first: "query", second: docs, "softmax": False}
+        r = await served.client.post("/v1/score", json=body)
+        assert r.status_code == 200, r.text
+        assert np.allclose([d["score"] for d in r.json()["data"]], logits)
+        assert r.json()["usage"]["prompt_tokens"] == tokens
+    r = await served.client.post("/v1/score", json={"model": "rr", "queries": "q", "text_2": docs})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "text_1"
+    r = await served.client.post(
+        "/v1/score", json={"model": "rr", "text_1": "q", "text_2": docs, "documents": docs}
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "documents"
+    # Rerank: usage as vLLM gives it; a field of Cohere's the gateway does not use is named back,
+    # a misspelt one refused.
+    body = {"model": "rr", "query": "query", "documents": docs, "rank_fields": ["text"], "activation": False}
+    r = await served.client.post("/v1/rerank", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    assert r.headers["x-gateway-ignored-fields"] == "rank_fields"
+    assert sorted(x["relevance_score"] for x in r.json()["results"]) == pytest.approx(sorted(logits))
+    r = await served.client.post("/v1/rerank", json={**body, "return_document": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "return_document"
+
+
 @pytest.mark.parametrize(
     ("path", "body", "status", "param"),
     [
