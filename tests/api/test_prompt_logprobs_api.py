@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from deploy.families import build_family_model
 from tests.api.conftest import MakeClient
 from tests.api.test_chat_api import chunks_of
 
@@ -34,6 +35,24 @@ async def test_echo_with_logprobs_scores_the_prompt_then_the_completion(make_cli
     for token, offset in zip(logprobs["tokens"], logprobs["text_offset"], strict=True):
         assert text[offset : offset + len(token)] == token
     assert "prompt_logprobs" not in choice
+
+
+async def test_an_echoed_prompts_offsets_are_its_texts_where_the_tokenizer_adds_a_bos(
+    make_client: MakeClient,
+) -> None:
+    """Llama 3's tokenizer puts <|begin_of_text|> before a text prompt: it is scored (first, null)
+    but not in the echoed text, so it takes no characters there and every other token's offset
+    points at that token in the choice's text."""
+    client, _ = await make_client(tokenizer_dir=build_family_model("llama3_1"), reply=lambda req, i: "Hi you")
+    for prompt in ("Say hi", ["Say hi", "Tell me"]):
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "echo": True, "logprobs": 1}
+        for choice in (await client.post("/v1/completions", json=body)).json()["choices"]:
+            text, logprobs = choice["text"], choice["logprobs"]
+            assert logprobs["tokens"][0] == "<|begin_of_text|>" and logprobs["token_logprobs"][0] is None
+            offsets = logprobs["text_offset"]
+            assert offsets[0] == 0 and offsets == sorted(offsets)
+            for token, offset in zip(logprobs["tokens"][1:], offsets[1:], strict=True):
+                assert text[offset : offset + len(token)] == token
 
 
 async def test_echo_with_logprobs_streams_the_prompts_logprobs_first(make_client: MakeClient) -> None:

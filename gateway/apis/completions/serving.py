@@ -268,7 +268,7 @@ def _echo_block(
     top = prepared.logprobs
     block = lp.CompletionLogprobs(prepared.runtime.tokenizer, start=0, with_top=bool(top))
     ids = prepared.generations[prompt].request.prompt_ids
-    return block.prompt_block(ids, entries, top or 0)
+    return block.prompt_block(ids, entries, top or 0, plan.echoes[prompt])
 
 
 def _reject_unsupported(request: CompletionRequest) -> None:
