@@ -5,6 +5,8 @@ limits and metrics as for generation, and every hostile input a 4xx in OpenAI's 
 from __future__ import annotations
 
 import base64
+import json
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,47 @@ async def test_base64_and_matryoshka_dimensions(served: Served) -> None:
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "dimensions"
     assert "32, 16, 8" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("declares", "dimensions", "status"),
+    [
+        ({}, 16, 400),
+        ({}, 32, 200),
+        ({"is_matryoshka": True}, 5, 200),
+        ({"is_matryoshka": True}, 33, 400),
+    ],
+)
+async def test_dimensions_follow_what_the_models_config_declares(
+    tiny_embed_dir: Path,  # noqa: F811
+    tmp_path: Path,
+    declares: dict[str, Any],
+    dimensions: int,
+    status: int,
+) -> None:
+    """No Matryoshka declaration: only the model's own size (a 400 naming `dimensions` otherwise);
+    `is_matryoshka`: any size up to it, the leading dimensions renormalized."""
+    model_dir = tmp_path / "model"
+    shutil.copytree(tiny_embed_dir, model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    del config["matryoshka_dimensions"]
+    (model_dir / "config.json").write_text(json.dumps({**config, **declares}))
+    AppStatus.should_exit = False
+    app = create_app(
+        Settings(models=[ServedModel(name="emb", tokenizer=model_dir)]),
+        encoder_factory=lambda m: FakeEncoder(),  # type: ignore[arg-type,return-value]
+    )
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway.test") as client:
+            body = {"model": "emb", "input": "Hello world", "dimensions": dimensions}
+            r = await client.post("/v1/embeddings", json=body)
+    assert r.status_code == status, r.text
+    if status == 400:
+        assert r.json()["error"]["param"] == "dimensions"
+    else:
+        ids = loaded_tokenizer(tiny_embed_dir).encode("Hello world")
+        assert np.allclose(r.json()["data"][0]["embedding"], _expected(ids, dimensions), atol=1e-6)
 
 
 async def test_a_text_model_gets_the_text_and_token_ids_as_their_text(served: Served) -> None:
