@@ -4,11 +4,12 @@ tokenizing, limits, truncation, batching through the Encoder, pooling, normalizi
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from gateway.encoder import Encoder, EncoderInput
 from gateway.errors import ContextLengthExceededError, InvalidRequestError, ServerConfigError
 from gateway.logs import current_request
 from gateway.ratelimit import current_quota
+from gateway.text.encoding import INLINE_CHARS
 from gateway.text.tokenizer import Tokenizer
 
 # OpenAI's bounds on one embeddings request: inputs per request, tokens over all of them.
@@ -36,6 +38,7 @@ MAX_REQUEST_TOKENS = 300_000
 
 # An input: its text, or its token ids (without the special tokens the tokenizer adds to text).
 Text = str | Sequence[int]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,19 +175,10 @@ class EncoderService(GenerationService):
             series.prompt_tokens.inc(tokens)
             series.e2e.observe(time.perf_counter() - start)
 
-    async def embed(
-        self,
-        model: str,
-        inputs: Sequence[Text],
-        *,
-        dimensions: int | None = None,
-        truncate: int | None = None,
-        normalize: bool | None = None,
-        affinity: str | None = None,
-    ) -> Encoded:
-        start = time.perf_counter()
-        runtime = await self._runtime(model, "embed")
-        _count(inputs, "input")
+    def _embed_inputs(
+        self, runtime: EncoderRuntime, inputs: Sequence[Text], truncate: int | None
+    ) -> tuple[list[EncoderInput], int]:
+        """Each input as the model takes it, checked against its limits, and their tokens."""
         texts = runtime.encoder.info.takes == "text"
         batch: list[EncoderInput] = []
         tokens = 0
@@ -198,6 +192,24 @@ class EncoderService(GenerationService):
                 cut = truncate is not None or not isinstance(value, str)
                 text = runtime.tokenizer.decode(ids, skip_special_tokens=True) if cut else str(value)
             batch.append(EncoderInput(ids=tuple(ids), text=text))
+        return batch, tokens
+
+    async def embed(
+        self,
+        model: str,
+        inputs: Sequence[Text],
+        *,
+        dimensions: int | None = None,
+        truncate: int | None = None,
+        normalize: bool | None = None,
+        affinity: str | None = None,
+    ) -> Encoded:
+        start = time.perf_counter()
+        runtime = await self._runtime(model, "embed")
+        _count(inputs, "input")
+        batch, tokens = await _tokenized(
+            runtime.tokenizer, sum(map(len, inputs)), lambda: self._embed_inputs(runtime, inputs, truncate)
+        )
         await self._reserve(runtime, tokens)
         size = _dimensions(runtime, dimensions)
         outputs = await runtime.encoder.encode(batch, affinity=affinity)
@@ -240,29 +252,46 @@ class EncoderService(GenerationService):
                 f"({len(queries)} against {len(documents)})",
                 param=query_param,
             )
-        tokenizer = runtime.tokenizer
         keep = _keep(runtime, truncate)
-        batch: list[EncoderInput] = []
-        tokens = 0
-        for i, document in enumerate(documents):
-            query = queries[0] if len(queries) == 1 else queries[i]
-            param = f"{document_param}[{i}]"
-            if not query:
-                raise InvalidRequestError(f"{query_param} cannot be an empty string", param=query_param)
-            if not document:
-                raise InvalidRequestError("a document cannot be an empty string", param=param)
-            ids, types = tokenizer.encode_pair(query, document, max_length=keep)
-            ids = self._fit(runtime, ids, param, None)
-            tokens += len(ids)
-            batch.append(EncoderInput(ids=tuple(ids), type_ids=tuple(types)))
+
+        def pairs() -> tuple[list[EncoderInput], int]:
+            batch: list[EncoderInput] = []
+            tokens = 0
+            for i, document in enumerate(documents):
+                query = queries[0] if len(queries) == 1 else queries[i]
+                param = f"{document_param}[{i}]"
+                if not query:
+                    raise InvalidRequestError(f"{query_param} cannot be an empty string", param=query_param)
+                if not document:
+                    raise InvalidRequestError("a document cannot be an empty string", param=param)
+                ids, types = runtime.tokenizer.encode_pair(query, document, max_length=keep)
+                ids = self._fit(runtime, ids, param, None)
+                tokens += len(ids)
+                batch.append(EncoderInput(ids=tuple(ids), type_ids=tuple(types)))
+            return batch, tokens
+
         if runtime.encoder.info.takes == "text":
             raise InvalidRequestError(f"model {runtime.name!r} takes text, not pairs of texts", param="model")
+        repeats = len(documents) if len(queries) == 1 else 1
+        chars = sum(map(len, documents)) + repeats * sum(map(len, queries))
+        batch, tokens = await _tokenized(runtime.tokenizer, chars, pairs)
         await self._reserve(runtime, tokens)
         outputs = await runtime.encoder.encode(batch, affinity=affinity)
         classifier = runtime.classifier or Classifier()
         scores = [relevance(np.asarray(o), classifier, activate=activate) for o in outputs]
         self._done(runtime, tokens, start)
         return Scored(scores, tokens)
+
+
+async def _tokenized(tokenizer: Tokenizer, chars: int, work: Callable[[], T]) -> T:
+    """A request's tokenizing: inline when its inputs are short and the tokenizer is free, else on
+    a thread, so that a long input (megabytes of text take seconds) never holds the event loop."""
+    if chars <= INLINE_CHARS and tokenizer.pair_lock.acquire(blocking=False):
+        try:
+            return work()
+        finally:
+            tokenizer.pair_lock.release()
+    return await asyncio.to_thread(work)
 
 
 def _keep(runtime: EncoderRuntime, truncate: int | None) -> int | None:

@@ -4,9 +4,11 @@ limits and metrics as for generation, and every hostile input a 4xx in OpenAI's 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import shutil
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from sse_starlette.sse import AppStatus
 
 from gateway.app import create_app
 from gateway.config import ServedModel, Settings
+from gateway.text.encoding import INLINE_CHARS
 from gateway.text.tokenizer import Tokenizer
 from tests.support.fake_encoder import FakeEncoder, pair_logit, token_state
 from tests.support.fake_engine import FakeEngine
@@ -292,6 +295,50 @@ async def test_a_hundred_thousand_inputs_are_refused_without_reaching_the_model(
     assert 400 <= r.status_code < 500
     assert "error" in r.json()
     assert served.encoders["emb"].batches == []
+
+
+LONG = "word " * 600
+
+
+@pytest.mark.parametrize(
+    ("path", "long", "short"),
+    [
+        ("/v1/embeddings", {"model": "emb", "input": LONG}, {"model": "emb", "input": "short"}),
+        (
+            "/v1/rerank",
+            {"model": "rr", "query": "q", "documents": [LONG]},
+            {"model": "rr", "query": "q", "documents": ["d"]},
+        ),
+    ],
+)
+async def test_a_long_input_is_tokenized_without_holding_the_event_loop(
+    served: Served, monkeypatch: pytest.MonkeyPatch, path: str, long: dict[str, Any], short: dict[str, Any]
+) -> None:
+    """A long input's tokenizing (megabytes of text take seconds) is held here until a short
+    request has been answered: it must be off the event loop for that answer to come."""
+    entered, release, left = threading.Event(), threading.Event(), threading.Event()
+    encode_pair = Tokenizer.encode_pair
+
+    def held(self: Tokenizer, text: str, pair: str | None = None, **kwargs: Any) -> Any:
+        if len(text) + len(pair or "") <= INLINE_CHARS:
+            return encode_pair(self, text, pair, **kwargs)
+        entered.set()
+        release.wait(5)
+        try:
+            return encode_pair(self, text, pair, **kwargs)
+        finally:
+            left.set()
+
+    monkeypatch.setattr(Tokenizer, "encode_pair", held)
+    big = asyncio.create_task(served.client.post(path, json=long))
+
+    assert await asyncio.to_thread(entered.wait, 30)
+    r = await served.client.post(path, json=short)
+    assert r.status_code == 200, r.text
+    assert not left.is_set()
+    release.set()
+    r = await big
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
 
 
 @pytest.mark.parametrize("served", [{"api_keys": ["k1"], "rate_limit_tpm": 20}], indirect=True)
