@@ -25,6 +25,7 @@ from gateway.text.tokenizer import Tokenizer
 from tests.support.fake_encoder import FakeEncoder, pair_logit, token_state
 from tests.support.fake_engine import FakeEngine
 from tests.support.fixtures import tiny_bpe_dir, tiny_embed_dir, tiny_score_dir  # noqa: F401
+from tests.support.openai_schema import validate
 from tests.support.tokenizers import loaded_tokenizer
 
 
@@ -99,6 +100,7 @@ async def test_text_and_token_ids_are_pooled_and_normalized_as_the_model_says(se
             assert np.allclose(d["embedding"], _expected(want), atol=1e-6)
         assert body["usage"] == {"prompt_tokens": sum(map(len, ids)), "total_tokens": sum(map(len, ids))}
         assert body["model"] == "emb" and body["object"] == "list"
+        validate("CreateEmbeddingResponse", body)
     # Seven inputs go to the model in batches of its max batch size (3).
     await served.client.post("/v1/embeddings", json={"model": "emb", "input": texts * 2 + ["b"]})
     assert [len(b) for b in served.encoders["emb"].batches[-3:]] == [3, 3, 1]
@@ -284,6 +286,7 @@ async def test_hostile_inputs_are_4xx_in_openais_shape(
 ) -> None:
     r = await served.client.post(path, json=body)
     assert r.status_code == status, r.text
+    validate("ErrorResponse", r.json())
     error = r.json()["error"]
     assert isinstance(error["message"], str) and error["type"]
     if param is not None:
