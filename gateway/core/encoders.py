@@ -117,7 +117,14 @@ class EncoderService(GenerationService):
         check_serves(runtime)
         return runtime
 
-    def _ids(self, runtime: EncoderRuntime, value: Text, param: str, truncate: int | None) -> list[int]:
+    def _ids(
+        self,
+        runtime: EncoderRuntime,
+        value: Text,
+        param: str,
+        truncate: int | None,
+        add_special_tokens: bool = True,
+    ) -> list[int]:
         """An input's ids: a text's as the tokenizer encodes it (cut as it truncates, keeping its
         special tokens, when the client asks), token ids checked against the vocabulary."""
         tokenizer = runtime.tokenizer
@@ -125,7 +132,7 @@ class EncoderService(GenerationService):
             if not value:
                 raise InvalidRequestError("an input cannot be an empty string", param=param)
             keep = _keep(runtime, truncate)
-            return tokenizer.encode_pair(value, max_length=keep)[0]
+            return tokenizer.encode_pair(value, max_length=keep, add_special_tokens=add_special_tokens)[0]
         ids = list(value)
         if not ids:
             raise InvalidRequestError("an input cannot be an empty list of token ids", param=param)
@@ -176,7 +183,7 @@ class EncoderService(GenerationService):
             series.e2e.observe(time.perf_counter() - start)
 
     def _embed_inputs(
-        self, runtime: EncoderRuntime, inputs: Sequence[Text], truncate: int | None
+        self, runtime: EncoderRuntime, inputs: Sequence[Text], truncate: int | None, add_special_tokens: bool
     ) -> tuple[list[EncoderInput], int]:
         """Each input as the model takes it, checked against its limits, and their tokens."""
         texts = runtime.encoder.info.takes == "text"
@@ -184,7 +191,8 @@ class EncoderService(GenerationService):
         tokens = 0
         for i, value in enumerate(inputs):
             param = f"input[{i}]" if len(inputs) > 1 else "input"
-            ids = self._fit(runtime, self._ids(runtime, value, param, truncate), param, truncate)
+            ids = self._ids(runtime, value, param, truncate, add_special_tokens)
+            ids = self._fit(runtime, ids, param, truncate)
             tokens += len(ids)
             text = None
             if texts:
@@ -203,12 +211,22 @@ class EncoderService(GenerationService):
         truncate: int | None = None,
         normalize: bool | None = None,
         affinity: str | None = None,
+        add_special_tokens: bool = True,
     ) -> Encoded:
+        """`add_special_tokens` (vLLM's): whether a text gets the tokenizer's special tokens."""
         start = time.perf_counter()
         runtime = await self._runtime(model, "embed")
         _count(inputs, "input")
+        if not add_special_tokens and runtime.encoder.info.takes == "text":
+            raise InvalidRequestError(
+                f"model {runtime.name!r} takes text and tokenizes it itself, so add_special_tokens "
+                "cannot be false for it",
+                param="add_special_tokens",
+            )
         batch, tokens = await _tokenized(
-            runtime.tokenizer, sum(map(len, inputs)), lambda: self._embed_inputs(runtime, inputs, truncate)
+            runtime.tokenizer,
+            sum(map(len, inputs)),
+            lambda: self._embed_inputs(runtime, inputs, truncate, add_special_tokens),
         )
         await self._reserve(runtime, tokens)
         size = _dimensions(runtime, dimensions)

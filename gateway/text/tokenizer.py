@@ -301,14 +301,21 @@ class Tokenizer:
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
 
     def encode_pair(
-        self, text: str, pair: str | None = None, *, max_length: int | None = None
+        self,
+        text: str,
+        pair: str | None = None,
+        *,
+        max_length: int | None = None,
+        add_special_tokens: bool = True,
     ) -> tuple[list[int], list[int]]:
         """A text, or a pair of texts (a cross-encoder's query and document), with the tokenizer's
-        special tokens and token types; cut to `max_length` as the tokenizer truncates (the longer
-        text first, special tokens kept)."""
+        special tokens (unless `add_special_tokens` is false) and token types; cut to `max_length`
+        as the tokenizer truncates (the longer text first, special tokens kept)."""
         kwargs: dict[str, Any] = {"truncation": True, "max_length": max_length} if max_length else {}
         with self.pair_lock:
-            out = self._tok(text, pair, return_token_type_ids=True, **kwargs)
+            out = self._tok(
+                text, pair, return_token_type_ids=True, add_special_tokens=add_special_tokens, **kwargs
+            )
         ids = list(out["input_ids"])
         types = out.get("token_type_ids")
         return ids, list(types) if types is not None else [0] * len(ids)

@@ -168,6 +168,21 @@ async def test_a_text_model_gets_the_text_and_token_ids_as_their_text(served: Se
     assert [b[0].text for b in sent] == ["hello world", "hello world"]
 
 
+async def test_add_special_tokens_false_embeds_a_text_without_them(served: Served) -> None:
+    """vLLM's add_special_tokens: the text's own tokens alone, as token ids would be sent."""
+    ids = served.tokenizer.encode("Hello world", add_special_tokens=False)
+    body = {"model": "emb", "input": "Hello world", "add_special_tokens": False}
+    r = await served.client.post("/v1/embeddings", json=body)
+    assert r.status_code == 200, r.text
+    assert list(served.encoders["emb"].batches[-1][0].ids) == ids
+    assert np.allclose(r.json()["data"][0]["embedding"], _expected(ids), atol=1e-6)
+    assert r.json()["usage"]["prompt_tokens"] == len(ids)
+    assert "x-gateway-ignored-fields" not in r.headers
+    # A model that takes text tokenizes it itself: it cannot leave them out.
+    r = await served.client.post("/v1/embeddings", json={**body, "model": "emb-text"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "add_special_tokens"
+
+
 async def test_truncate_prompt_tokens_cuts_and_a_long_input_is_a_400(served: Served) -> None:
     long = " ".join(["word"] * 300)
     r = await served.client.post("/v1/embeddings", json={"model": "emb", "input": long})
