@@ -4,11 +4,12 @@ tokenizing, limits, truncation, batching through the Encoder, pooling, normalizi
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from gateway.encoder import Encoder, EncoderInput
 from gateway.errors import ContextLengthExceededError, InvalidRequestError, ServerConfigError
 from gateway.logs import current_request
 from gateway.ratelimit import current_quota
+from gateway.text.encoding import INLINE_CHARS
 from gateway.text.tokenizer import Tokenizer
 
 # OpenAI's bounds on one embeddings request: inputs per request, tokens over all of them.
@@ -36,6 +38,7 @@ MAX_REQUEST_TOKENS = 300_000
 
 # An input: its text, or its token ids (without the special tokens the tokenizer adds to text).
 Text = str | Sequence[int]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +117,14 @@ class EncoderService(GenerationService):
         check_serves(runtime)
         return runtime
 
-    def _ids(self, runtime: EncoderRuntime, value: Text, param: str, truncate: int | None) -> list[int]:
+    def _ids(
+        self,
+        runtime: EncoderRuntime,
+        value: Text,
+        param: str,
+        truncate: int | None,
+        add_special_tokens: bool = True,
+    ) -> list[int]:
         """An input's ids: a text's as the tokenizer encodes it (cut as it truncates, keeping its
         special tokens, when the client asks), token ids checked against the vocabulary."""
         tokenizer = runtime.tokenizer
@@ -122,7 +132,7 @@ class EncoderService(GenerationService):
             if not value:
                 raise InvalidRequestError("an input cannot be an empty string", param=param)
             keep = _keep(runtime, truncate)
-            return tokenizer.encode_pair(value, max_length=keep)[0]
+            return tokenizer.encode_pair(value, max_length=keep, add_special_tokens=add_special_tokens)[0]
         ids = list(value)
         if not ids:
             raise InvalidRequestError("an input cannot be an empty list of token ids", param=param)
@@ -172,6 +182,26 @@ class EncoderService(GenerationService):
             series.prompt_tokens.inc(tokens)
             series.e2e.observe(time.perf_counter() - start)
 
+    def _embed_inputs(
+        self, runtime: EncoderRuntime, inputs: Sequence[Text], truncate: int | None, add_special_tokens: bool
+    ) -> tuple[list[EncoderInput], int]:
+        """Each input as the model takes it, checked against its limits, and their tokens."""
+        texts = runtime.encoder.info.takes == "text"
+        batch: list[EncoderInput] = []
+        tokens = 0
+        for i, value in enumerate(inputs):
+            param = f"input[{i}]" if len(inputs) > 1 else "input"
+            ids = self._ids(runtime, value, param, truncate, add_special_tokens)
+            ids = self._fit(runtime, ids, param, truncate)
+            tokens += len(ids)
+            text = None
+            if texts:
+                # A text-in model tokenizes itself: it gets the text (token ids as their text).
+                cut = truncate is not None or not isinstance(value, str)
+                text = runtime.tokenizer.decode(ids, skip_special_tokens=True) if cut else str(value)
+            batch.append(EncoderInput(ids=tuple(ids), text=text))
+        return batch, tokens
+
     async def embed(
         self,
         model: str,
@@ -181,23 +211,23 @@ class EncoderService(GenerationService):
         truncate: int | None = None,
         normalize: bool | None = None,
         affinity: str | None = None,
+        add_special_tokens: bool = True,
     ) -> Encoded:
+        """`add_special_tokens` (vLLM's): whether a text gets the tokenizer's special tokens."""
         start = time.perf_counter()
         runtime = await self._runtime(model, "embed")
         _count(inputs, "input")
-        texts = runtime.encoder.info.takes == "text"
-        batch: list[EncoderInput] = []
-        tokens = 0
-        for i, value in enumerate(inputs):
-            param = f"input[{i}]" if len(inputs) > 1 else "input"
-            ids = self._fit(runtime, self._ids(runtime, value, param, truncate), param, truncate)
-            tokens += len(ids)
-            text = None
-            if texts:
-                # A text-in model tokenizes itself: it gets the text (token ids as their text).
-                cut = truncate is not None or not isinstance(value, str)
-                text = runtime.tokenizer.decode(ids, skip_special_tokens=True) if cut else str(value)
-            batch.append(EncoderInput(ids=tuple(ids), text=text))
+        if not add_special_tokens and runtime.encoder.info.takes == "text":
+            raise InvalidRequestError(
+                f"model {runtime.name!r} takes text and tokenizes it itself, so add_special_tokens "
+                "cannot be false for it",
+                param="add_special_tokens",
+            )
+        batch, tokens = await _tokenized(
+            runtime.tokenizer,
+            sum(map(len, inputs)),
+            lambda: self._embed_inputs(runtime, inputs, truncate, add_special_tokens),
+        )
         await self._reserve(runtime, tokens)
         size = _dimensions(runtime, dimensions)
         outputs = await runtime.encoder.encode(batch, affinity=affinity)
@@ -240,29 +270,46 @@ class EncoderService(GenerationService):
                 f"({len(queries)} against {len(documents)})",
                 param=query_param,
             )
-        tokenizer = runtime.tokenizer
         keep = _keep(runtime, truncate)
-        batch: list[EncoderInput] = []
-        tokens = 0
-        for i, document in enumerate(documents):
-            query = queries[0] if len(queries) == 1 else queries[i]
-            param = f"{document_param}[{i}]"
-            if not query:
-                raise InvalidRequestError(f"{query_param} cannot be an empty string", param=query_param)
-            if not document:
-                raise InvalidRequestError("a document cannot be an empty string", param=param)
-            ids, types = tokenizer.encode_pair(query, document, max_length=keep)
-            ids = self._fit(runtime, ids, param, None)
-            tokens += len(ids)
-            batch.append(EncoderInput(ids=tuple(ids), type_ids=tuple(types)))
+
+        def pairs() -> tuple[list[EncoderInput], int]:
+            batch: list[EncoderInput] = []
+            tokens = 0
+            for i, document in enumerate(documents):
+                query = queries[0] if len(queries) == 1 else queries[i]
+                param = f"{document_param}[{i}]"
+                if not query:
+                    raise InvalidRequestError(f"{query_param} cannot be an empty string", param=query_param)
+                if not document:
+                    raise InvalidRequestError("a document cannot be an empty string", param=param)
+                ids, types = runtime.tokenizer.encode_pair(query, document, max_length=keep)
+                ids = self._fit(runtime, ids, param, None)
+                tokens += len(ids)
+                batch.append(EncoderInput(ids=tuple(ids), type_ids=tuple(types)))
+            return batch, tokens
+
         if runtime.encoder.info.takes == "text":
             raise InvalidRequestError(f"model {runtime.name!r} takes text, not pairs of texts", param="model")
+        repeats = len(documents) if len(queries) == 1 else 1
+        chars = sum(map(len, documents)) + repeats * sum(map(len, queries))
+        batch, tokens = await _tokenized(runtime.tokenizer, chars, pairs)
         await self._reserve(runtime, tokens)
         outputs = await runtime.encoder.encode(batch, affinity=affinity)
         classifier = runtime.classifier or Classifier()
         scores = [relevance(np.asarray(o), classifier, activate=activate) for o in outputs]
         self._done(runtime, tokens, start)
         return Scored(scores, tokens)
+
+
+async def _tokenized(tokenizer: Tokenizer, chars: int, work: Callable[[], T]) -> T:
+    """A request's tokenizing: inline when its inputs are short and the tokenizer is free, else on
+    a thread, so that a long input (megabytes of text take seconds) never holds the event loop."""
+    if chars <= INLINE_CHARS and tokenizer.pair_lock.acquire(blocking=False):
+        try:
+            return work()
+        finally:
+            tokenizer.pair_lock.release()
+    return await asyncio.to_thread(work)
 
 
 def _keep(runtime: EncoderRuntime, truncate: int | None) -> int | None:

@@ -62,9 +62,15 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
     return None
 
 
+# Paths open without a key: health for probes, the API's schema; /metrics unless protected.
+OPEN_PATHS = frozenset(["/health", "/health/ready", "/openapi.json"])
+
+
 class ApiKeyMiddleware:
-    """API keys on /v1 (and /metrics when asked), as `Authorization: Bearer KEY` or, as
-    Anthropic's clients send it, `x-api-key: KEY` (the same keys); health stays open for probes."""
+    """API keys on every path but the open ones (health, the schema, /metrics unless asked), as
+    `Authorization: Bearer KEY` or, as Anthropic's clients send it, `x-api-key: KEY` (the same
+    keys). Every path, not /v1 alone: routes outside it (vLLM's /rerank, /v2/rerank, /score,
+    /tokenize) serve models too."""
 
     def __init__(
         self, app: ASGIApp, keys: list[str], *, protect_metrics: bool, error_shape: ErrorShape
@@ -75,7 +81,9 @@ class ApiKeyMiddleware:
         self._protect_metrics = protect_metrics
 
     def _protected(self, path: str) -> bool:
-        return path.startswith("/v1") or (self._protect_metrics and path == "/metrics")
+        if path == "/metrics":
+            return self._protect_metrics
+        return path not in OPEN_PATHS
 
     def _valid(self, given: bytes | None) -> bool:
         if not given:

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,11 @@ class Tokenizer:
             raise ServerConfigError(f"cannot load the tokenizer in {self.path}: {first}") from exc
         self.info = _read_model_info(self.path, self._tok)
         self.vocab_size = len(self._tok)
+        # Held around encode_pair, whose truncation is a setting of the shared Rust tokenizer
+        # (set, then encode): one thread's setting must not apply to another's text, nor be changed
+        # while another encodes (tokenizers raises "Already borrowed"). Re-entrant, so a caller may
+        # hold it over several pairs.
+        self.pair_lock = threading.RLock()
         # The Rust tokenizer behind a fast tokenizer does the same work without transformers'
         # per-call Python overhead, which matters twice per streamed token. Only when transformers
         # would not post-process its output (space clean-up) are the two interchangeable.
@@ -295,13 +301,21 @@ class Tokenizer:
         return list(self._tok.encode(text, add_special_tokens=add_special_tokens))
 
     def encode_pair(
-        self, text: str, pair: str | None = None, *, max_length: int | None = None
+        self,
+        text: str,
+        pair: str | None = None,
+        *,
+        max_length: int | None = None,
+        add_special_tokens: bool = True,
     ) -> tuple[list[int], list[int]]:
         """A text, or a pair of texts (a cross-encoder's query and document), with the tokenizer's
-        special tokens and token types; cut to `max_length` as the tokenizer truncates (the longer
-        text first, special tokens kept)."""
+        special tokens (unless `add_special_tokens` is false) and token types; cut to `max_length`
+        as the tokenizer truncates (the longer text first, special tokens kept)."""
         kwargs: dict[str, Any] = {"truncation": True, "max_length": max_length} if max_length else {}
-        out = self._tok(text, pair, return_token_type_ids=True, **kwargs)
+        with self.pair_lock:
+            out = self._tok(
+                text, pair, return_token_type_ids=True, add_special_tokens=add_special_tokens, **kwargs
+            )
         ids = list(out["input_ids"])
         types = out.get("token_type_ids")
         return ids, list(types) if types is not None else [0] * len(ids)

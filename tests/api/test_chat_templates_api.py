@@ -95,7 +95,7 @@ CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 
 
-@pytest.mark.parametrize("family", ["llama3_1", "gemma3", "llama2"])
+@pytest.mark.parametrize("family", ["llama3_1", "gemma3", "llama2", "deepseek_v3"])
 @pytest.mark.parametrize("tool_choice", ["required", NAMED])
 async def test_a_forced_tool_choice_is_served_on_a_template_that_renders_no_tools(
     make_client: MakeClient, family: str, tool_choice: Any
@@ -120,7 +120,7 @@ async def test_a_forced_tool_choice_is_served_on_a_template_that_renders_no_tool
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
 
 
-@pytest.mark.parametrize("family", ["gemma3", "llama2"])
+@pytest.mark.parametrize("family", ["gemma3", "llama2", "deepseek_v3"])
 async def test_a_forced_tool_choice_on_such_a_template_works_on_messages_and_responses(
     make_client: MakeClient, family: str
 ) -> None:

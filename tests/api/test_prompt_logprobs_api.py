@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from deploy.families import build_family_model
 from tests.api.conftest import MakeClient
 from tests.api.test_chat_api import chunks_of
 
@@ -36,6 +37,24 @@ async def test_echo_with_logprobs_scores_the_prompt_then_the_completion(make_cli
     assert "prompt_logprobs" not in choice
 
 
+async def test_an_echoed_prompts_offsets_are_its_texts_where_the_tokenizer_adds_a_bos(
+    make_client: MakeClient,
+) -> None:
+    """Llama 3's tokenizer puts <|begin_of_text|> before a text prompt: it is scored (first, null)
+    but not in the echoed text, so it takes no characters there and every other token's offset
+    points at that token in the choice's text."""
+    client, _ = await make_client(tokenizer_dir=build_family_model("llama3_1"), reply=lambda req, i: "Hi you")
+    for prompt in ("Say hi", ["Say hi", "Tell me"]):
+        body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "echo": True, "logprobs": 1}
+        for choice in (await client.post("/v1/completions", json=body)).json()["choices"]:
+            text, logprobs = choice["text"], choice["logprobs"]
+            assert logprobs["tokens"][0] == "<|begin_of_text|>" and logprobs["token_logprobs"][0] is None
+            offsets = logprobs["text_offset"]
+            assert offsets[0] == 0 and offsets == sorted(offsets)
+            for token, offset in zip(logprobs["tokens"][1:], offsets[1:], strict=True):
+                assert text[offset : offset + len(token)] == token
+
+
 async def test_echo_with_logprobs_streams_the_prompts_logprobs_first(make_client: MakeClient) -> None:
     client, _ = await make_client(reply=lambda req, i: "Hi you")
     body = {"model": "tiny", "prompt": "Say:", "logprobs": 1, "echo": True}
@@ -53,6 +72,32 @@ async def test_echo_with_logprobs_streams_the_prompts_logprobs_first(make_client
     assert texts[0] == "Say:"
     assert "".join(texts) == "Say:Hi you"
     assert tokens == whole["tokens"] and values == whole["token_logprobs"]
+
+
+@pytest.mark.parametrize("shape", [{"prompt": ["Say:", "Tell me:"]}, {"prompt": "Say:", "n": 2}])
+async def test_a_streamed_echo_waits_for_its_prompts_logprobs_wherever_they_come(
+    make_client: MakeClient, shape: dict
+) -> None:
+    """A prompt's log probabilities may come on a later engine response than a choice's first token
+    (another prompt's request, another sequence, another of n requests answers first): each choice
+    still streams its echo with them first, then its tokens, as the whole completion gives them."""
+    client, _ = await make_client(reply=lambda req, i: "Hi you", prompt_logprobs_last=True)
+    body = {"model": "tiny", **shape, "logprobs": 1, "echo": True, "max_tokens": 8}
+    whole = {c["index"]: c for c in (await client.post("/v1/completions", json=body)).json()["choices"]}
+    r = await client.post("/v1/completions", json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    texts: dict[int, list[str]] = {i: [] for i in whole}
+    values: dict[int, list[float | None]] = {i: [] for i in whole}
+    for chunk in chunks_of(r.text):
+        assert "error" not in chunk, chunk
+        (choice,) = chunk["choices"]
+        texts[choice["index"]].append(choice["text"])
+        if choice["logprobs"]:
+            values[choice["index"]] += choice["logprobs"]["token_logprobs"]
+    for i, choice in whole.items():
+        echo = choice["text"].removesuffix("Hi you")
+        assert texts[i][0] == echo and "".join(texts[i]) == choice["text"]
+        assert values[i] == choice["logprobs"]["token_logprobs"] and values[i][0] is None
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -37,6 +37,25 @@ async def test_wrong_or_missing_key_is_401_on_every_v1_route(
     assert r.status_code != 401
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/rerank", {"model": "tiny", "query": "q", "documents": ["d"]}),
+        ("/v2/rerank", {"model": "tiny", "query": "q", "documents": ["d"]}),
+        ("/score", {"model": "tiny", "text_1": "q", "text_2": "d"}),
+        ("/tokenize", {"model": "tiny", "prompt": "hello"}),
+        ("/detokenize", {"model": "tiny", "tokens": [1, 2]}),
+    ],
+)
+async def test_routes_outside_v1_ask_for_the_key_too(make_client: MakeClient, path: str, body: dict) -> None:
+    """vLLM's paths beside /v1 serve models too: a key-protected gateway does not serve them
+    without one."""
+    client, _ = await make_client(settings={"api_keys": ["k-one"]})
+    assert_error(await client.post(path, json=body), 401, param=None, code="invalid_api_key")
+    r = await client.post(path, json=body, headers={"Authorization": "Bearer k-one"})
+    assert r.status_code != 401
+
+
 async def test_health_stays_open_and_metrics_can_be_protected(make_client: MakeClient, tmp_path) -> None:
     key_file = tmp_path / "keys"
     key_file.write_text("# ops\nfile-key\n")

@@ -37,6 +37,9 @@ class FakeEngine:
     logprobs: bool = True
     # Whether it scores the prompt (scripted values, see scripted_prompt_logprobs).
     prompt_logprobs: bool = True
+    # The prompt's log probabilities come on a request's last delta, not its first (as where
+    # another sequence's response, or another of n requests, arrives before the one that has them).
+    prompt_logprobs_last: bool = False
     logit_bias: bool = True
     # Whether requests may carry a LoRA adapter.
     lora: bool = True
@@ -110,6 +113,7 @@ class FakeEngine:
         try:
             sequences = [self.output_ids(request, i) for i in range(request.num_sequences)]
             longest = max(len(s) for s in sequences)
+            deltas = sum(len(s) for s in sequences)
             for step in range(longest):
                 for index, ids in enumerate(sequences):
                     if step >= len(ids):
@@ -134,9 +138,10 @@ class FakeEngine:
                             num_tokens=1,
                             logprobs=lps,
                             cached_tokens=cached,
-                            prompt_logprobs=prompt,
+                            prompt_logprobs=None if self.prompt_logprobs_last and sent < deltas else prompt,
                         )
-                        prompt = None
+                        if not self.prompt_logprobs_last:
+                            prompt = None
                     else:
                         yield GenerationDelta(
                             index=index, text=self._token_bytes(token), num_tokens=1, cached_tokens=cached

@@ -44,11 +44,14 @@ class CompletionLogprobs:
         }
 
     def prompt_block(
-        self, ids: Sequence[int], entries: Sequence[TokenLogprob | None], top: int
+        self, ids: Sequence[int], entries: Sequence[TokenLogprob | None], top: int, echo: str
     ) -> dict[str, Any]:
         """The echoed prompt's tokens: each with its log probability given the tokens before it,
-        the first with none (null, as OpenAI's legacy API and vLLM give it)."""
+        the first with none (null, as OpenAI's legacy API and vLLM give it). A special token the
+        tokenizer added to a text prompt (a BOS) is not in the echoed text: it takes no characters
+        there, so the offsets stay those of the text."""
         tokens, values, tops, offsets = [], [], [], []
+        specials = self._tokenizer.special_ids
         for pos, token in enumerate(ids):
             entry = entries[pos] if pos < len(entries) else None
             first = pos == 0
@@ -56,7 +59,8 @@ class CompletionLogprobs:
             tokens.append(text)
             values.append(None if entry is None else entry.logprob)
             offsets.append(self._offset)
-            self._offset += len(self._chars.decode(raw))
+            if token not in specials or echo.startswith(text, self._offset):
+                self._offset += len(self._chars.decode(raw))
             if self._with_top:
                 tops.append(
                     None

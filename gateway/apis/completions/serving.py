@@ -3,7 +3,7 @@ text_completion or a chunk stream."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -16,6 +16,7 @@ from gateway.apis.openai.logprobs import ranked_prompt_logprobs
 from gateway.apis.openai.protocol import CompletionUsage
 from gateway.apis.openai.sse import DONE, error_event
 from gateway.core import validation as v
+from gateway.core.choices import ChoiceEvent
 from gateway.core.generation import (
     GenerationService,
     PreparedRequest,
@@ -147,7 +148,7 @@ class CompletionsService(GenerationService):
         for i in sorted(texts):
             logprobs = None
             if blocks:
-                echoed = [_echo_block(prepared, plan, prompts, i // n)] if plan.echo_logprobs else []
+                echoed = [_echo_block(prepared, plan, prompts[i // n], i // n)] if plan.echo_logprobs else []
                 logprobs = lp.merge_blocks([*echoed, *entries[i]])
             choices.append(
                 CompletionChoice(
@@ -182,8 +183,10 @@ class CompletionsService(GenerationService):
         try:
             n = len(prepared.generations[0].choices)
             blocks = _logprob_blocks(prepared, echoes, n)
-            # An echo with the prompt's log probabilities waits for them (they come with the
-            # engine's first response); a plain echo goes out at once.
+            # An echo with the prompt's log probabilities waits for them, and its choice's events
+            # wait behind it: they come with one engine response of that prompt, which need not
+            # be the first to arrive (another prompt's, another sequence's may come before it).
+            # A plain echo goes out at once.
             pending = {
                 i * n + j for i, echo in enumerate(echoes) if echo or plan.echo_logprobs for j in range(n)
             }
@@ -191,19 +194,45 @@ class CompletionsService(GenerationService):
                 for index in sorted(pending):
                     yield writer.text(index, echoes[index // n])
                 pending.clear()
-            async for event in events(prepared, self._metrics):
-                if event.index in pending:
-                    pending.discard(event.index)
-                    prompt = event.index // n
-                    block = _echo_block(prepared, plan, _prompt_entries(prepared, plan), prompt)
-                    yield writer.text(event.index, echoes[prompt], None, block)
+            held: dict[int, list[ChoiceEvent]] = {}
+
+            def frame(event: ChoiceEvent) -> bytes | None:
                 if plan.scoring_only:
-                    if event.finish_reason is not None:
-                        yield writer.text(event.index, "", "length", None)
-                    continue
+                    if event.finish_reason is None:
+                        return None
+                    return writer.text(event.index, "", "length", None)
                 if event.text or event.finish_reason is not None or event.logprobs:
                     logprobs = blocks[event.index].block(event.logprobs) if blocks else None
-                    yield writer.text(event.index, event.text, event.finish_reason, logprobs)
+                    return writer.text(event.index, event.text, event.finish_reason, logprobs)
+                return None
+
+            def echoed(*, last: bool) -> Iterator[bytes]:
+                """The echoes whose prompts are scored by now (at the end: all of them, or the
+                engine's failure to score one), each followed by its choice's held events."""
+                for index in sorted(pending):
+                    prompt = index // n
+                    entries = prepared.generations[prompt].totals.prompt_logprobs
+                    if entries is None and not last:
+                        continue
+                    if entries is None:
+                        raise EngineError("the engine returned no log probabilities for the prompt")
+                    pending.discard(index)
+                    block = _echo_block(prepared, plan, entries, prompt)
+                    yield writer.text(index, echoes[prompt], None, block)
+                    for event in held.pop(index, ()):
+                        if (out := frame(event)) is not None:
+                            yield out
+
+            async for event in events(prepared, self._metrics):
+                if event.index in pending:
+                    held.setdefault(event.index, []).append(event)
+                elif (out := frame(event)) is not None:
+                    yield out
+                if pending:
+                    for out in echoed(last=False):
+                        yield out
+            for out in echoed(last=True):
+                yield out
             if prepared.include_usage:
                 completion = 0 if plan.scoring_only else prepared.completion_tokens
                 yield writer.usage(prepared.prompt_tokens, completion, prepared.cached_tokens)
@@ -232,14 +261,14 @@ def _prompt_entries(prepared: PreparedRequest, plan: EchoPlan) -> list[tuple[Tok
 
 
 def _echo_block(
-    prepared: PreparedRequest, plan: EchoPlan, prompts: list[tuple[TokenLogprob | None, ...]], prompt: int
+    prepared: PreparedRequest, plan: EchoPlan, entries: Sequence[TokenLogprob | None], prompt: int
 ) -> dict[str, Any]:
     """The echoed prompt's part of a choice's logprobs: its tokens from the first, the first
     with no log probability (nothing comes before it)."""
     top = prepared.logprobs
     block = lp.CompletionLogprobs(prepared.runtime.tokenizer, start=0, with_top=bool(top))
     ids = prepared.generations[prompt].request.prompt_ids
-    return block.prompt_block(ids, prompts[prompt], top or 0)
+    return block.prompt_block(ids, entries, top or 0, plan.echoes[prompt])
 
 
 def _reject_unsupported(request: CompletionRequest) -> None:

@@ -23,6 +23,8 @@ class EmbeddingRequest(PriorityFields):
     user: str | None = None
     # vLLM's: cut each input to this many tokens (-1: the model's limit) instead of refusing it.
     truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
+    # vLLM's: false encodes a text without the tokenizer's special tokens ([CLS], [SEP], BOS).
+    add_special_tokens: bool = True
 
 
 class Embedding(BaseModel):

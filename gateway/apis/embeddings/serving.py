@@ -27,6 +27,7 @@ class EmbeddingsService(EncoderService):
             dimensions=body.dimensions,
             truncate=body.truncate_prompt_tokens,
             affinity=session or body.user,
+            add_special_tokens=body.add_special_tokens,
         )
         data = [
             Embedding(index=i, embedding=_encode(v, body.encoding_format))

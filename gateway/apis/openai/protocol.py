@@ -115,6 +115,25 @@ class PriorityFields(BaseModel):
         return SERVICE_TIER_PRIORITY[self.service_tier]
 
 
+class ActivationFields(BaseModel):
+    """Whether a cross-encoder's score is its activation (sigmoid) of the logit, as vLLM's pooling
+    requests ask (rerank, score)."""
+
+    # vLLM's: false returns the raw logit instead of the model's activation (sigmoid) of it.
+    use_activation: bool | None = None
+    # vLLM's earlier names for use_activation, which its clients still send.
+    softmax: bool | None = None
+    activation: bool | None = None
+
+    @property
+    def activate(self) -> bool:
+        """vLLM's order: use_activation, then softmax, then activation; true unless one says no."""
+        for value in (self.use_activation, self.softmax, self.activation):
+            if value is not None:
+                return value
+        return True
+
+
 class GenerationFields(PriorityFields):
     """Fields shared by completions and chat completions, plus the engine's own knobs."""
 

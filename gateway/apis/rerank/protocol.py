@@ -6,7 +6,27 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from gateway.apis.openai.protocol import PriorityFields
+from gateway.apis.openai.protocol import ActivationFields, PriorityFields
+
+# The fields this request defines: Cohere's, Jina's and vLLM's that the gateway serves. Other
+# fields are accepted and named back (apis.openai.fields), as on the OpenAI endpoints.
+RERANK_FIELDS = frozenset(
+    [
+        "model",
+        "query",
+        "documents",
+        "top_n",
+        "return_documents",
+        "truncate_prompt_tokens",
+        "use_activation",
+        "softmax",
+        "activation",
+        "user",
+        "max_chunks_per_doc",
+        "priority",
+        "service_tier",
+    ]
+)
 
 
 class DocumentObject(BaseModel):
@@ -17,8 +37,9 @@ class DocumentObject(BaseModel):
     text: StrictStr
 
 
-class RerankRequest(PriorityFields):
-    model_config = ConfigDict(extra="forbid")
+class RerankRequest(PriorityFields, ActivationFields):
+    # Unknown fields are accepted (Cohere's and Jina's clients send their own) and named back.
+    model_config = ConfigDict(extra="allow")
 
     model: str
     query: StrictStr
@@ -27,8 +48,6 @@ class RerankRequest(PriorityFields):
     top_n: Annotated[int, Field(ge=0)] | None = None
     return_documents: bool = True
     truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
-    # vLLM's: false returns the raw logit instead of the model's activation (sigmoid) of it.
-    use_activation: bool | None = None
     user: str | None = None
     # Cohere's; the gateway never splits a document, so its bound is the model's input limit.
     max_chunks_per_doc: int | None = None
@@ -45,6 +64,7 @@ class RerankResult(BaseModel):
 
 
 class RerankUsage(BaseModel):
+    prompt_tokens: int
     total_tokens: int
 
 

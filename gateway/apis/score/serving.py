@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from gateway.apis.score.protocol import ScoreData, ScoreRequest, ScoreResponse, ScoreUsage
+from gateway.apis.openai.fields import ignored_fields, note_ignored_fields
+from gateway.apis.score.protocol import SCORE_FIELDS, ScoreData, ScoreRequest, ScoreResponse, ScoreUsage
 from gateway.core.encoders import EncoderService
 from gateway.core.generation import new_id
 
 
 class ScoreService(EncoderService):
     async def create(self, body: ScoreRequest, *, session: str | None = None) -> ScoreResponse:
-        first = [body.text_1] if isinstance(body.text_1, str) else body.text_1
-        second = [body.text_2] if isinstance(body.text_2, str) else body.text_2
+        note_ignored_fields(ignored_fields(body, SCORE_FIELDS, strict=self._limits.reject_unknown_fields))
+        (first_name, first), (second_name, second) = body.sides()
         scored = await self.score_pairs(
             body.model,
             first,
             second,
             truncate=body.truncate_prompt_tokens,
-            activate=body.use_activation is not False,
+            activate=body.activate,
             affinity=session or body.user,
-            query_param="text_1",
-            document_param="text_2",
+            query_param=first_name,
+            document_param=second_name,
         )
         usage = ScoreUsage(prompt_tokens=scored.prompt_tokens, total_tokens=scored.prompt_tokens)
         data = [ScoreData(index=i, score=s) for i, s in enumerate(scored.scores)]
