@@ -133,9 +133,7 @@ def test_gateway_dev_leaves_no_process_behind(signum: int) -> None:
             time.sleep(0.2)
         # This gateway's own process tree only: another stack on the machine is not ours to judge.
         descendants = _descendants(proc.pid)
-        assert any("tritonserver" in _cmdline(p) for p in descendants), (
-            "the Triton stack should be running"
-        )
+        assert any("tritonserver" in _cmdline(p) for p in descendants), "the Triton stack should be running"
         proc.send_signal(signum)
         proc.wait(timeout=60)
         deadline = time.monotonic() + 60
