@@ -54,6 +54,8 @@ OUTSIDE_FLAGS = {
     "srun": {"--container-image"},
     "pip": {"--upgrade"},
     "optimum-cli": {"--model", "--task"},
+    # llm-d-router's endpoint picker (the Inference Gateway page).
+    "epp": {"--refresh-metrics-interval"},
 }
 OUTSIDE = frozenset().union(*OUTSIDE_FLAGS.values())
 # Programs whose command lines the pages show but the project does not define.
