@@ -346,5 +346,7 @@ def test_a_repeated_prompt_reports_its_cached_tokens(sdk: openai.OpenAI) -> None
     again = sdk.chat.completions.create(model="llmapi_current", messages=messages, max_tokens=2)  # type: ignore[arg-type]
     assert first.usage is not None and again.usage is not None
     details = again.usage.prompt_tokens_details
-    assert details is not None and details.cached_tokens
+    # Both usages in the message: a repeat that reports nothing cached has been seen once, its cause
+    # not found (the stand-in's KV blocks, Triton and the gateway each repeated alone never missed).
+    assert details is not None and details.cached_tokens, (first.usage, again.usage)
     assert 0 < details.cached_tokens <= again.usage.prompt_tokens
