@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from tests.support.gateway_process import GatewayProcess, agent_gateway
-from tests.support.openai_schema import validate
+from tests.support.openai_schema import validate, validated_responses_events
 from tests.support.tokenizers import loaded_tokenizer
 
 pytestmark = pytest.mark.integration
@@ -160,11 +160,7 @@ def test_responses_reasoning_item_streams_reasoning_text_and_counts_its_tokens(s
     deltas: list[str] = []
     kinds: list[str] = []
     with sdk.responses.stream(**body, max_output_tokens=48) as stream:
-        for event in stream:
-            validate(
-                "ResponseStreamEvent",
-                event.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude={"snapshot"}),
-            )
+        for event in validated_responses_events(stream):
             kinds.append(event.type)
             if event.type == "response.reasoning_text.delta":
                 deltas.append(event.delta)

@@ -15,7 +15,7 @@ import pytest
 from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.integration.test_reasoning_clients import SPLIT_SCHEMA, USER
 from tests.support.gateway_process import GatewayProcess
-from tests.support.openai_schema import validate
+from tests.support.openai_schema import validate, validated_responses_events
 from tests.support.refusals import openai_refusal
 
 pytestmark = pytest.mark.integration
@@ -72,11 +72,7 @@ def test_over_the_llmapi_model_the_thinking_is_parsed_from_its_text(llmapi_sdk: 
     assert response.usage is not None and response.usage.output_tokens_details.reasoning_tokens == 48
     deltas: list[str] = []
     with llmapi_sdk.responses.stream(**body, max_output_tokens=48) as stream:
-        for event in stream:
-            validate(
-                "ResponseStreamEvent",
-                event.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude={"snapshot"}),
-            )
+        for event in validated_responses_events(stream):
             if event.type == "response.reasoning_text.delta":
                 deltas.append(event.delta)
     assert len(deltas) > 1 and "".join(deltas) == thought

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.gateway_process import GatewayProcess
-from tests.support.openai_schema import validate
+from tests.support.openai_schema import validate, validated_responses_events
 from tests.support.refusals import openai_refusal
 
 pytestmark = pytest.mark.integration
@@ -101,10 +101,7 @@ def test_streamed_text_equals_whole_text_for_a_greedy_request(sdk: openai.OpenAI
     whole = sdk.responses.create(model=model, input="Tell me a story", **SHORT)
     deltas = []
     with sdk.responses.stream(model=model, input="Tell me a story", **SHORT) as stream:
-        for event in stream:
-            validate(
-                "ResponseStreamEvent", event.model_dump(mode="json", exclude_unset=True, exclude={"snapshot"})
-            )
+        for event in validated_responses_events(stream):
             if event.type == "response.output_text.delta":
                 deltas.append(event.delta)
             if event.type in ("response.completed", "response.incomplete"):

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.conftest import TritonStack, llmapi_model_spec
 from tests.support.gateway_process import GatewayProcess
-from tests.support.openai_schema import validate
+from tests.support.openai_schema import validate, validated_responses_events
 from tests.support.refusals import anthropic_refusal, openai_refusal
 
 pytestmark = pytest.mark.integration
@@ -203,11 +203,7 @@ def test_responses_stream_arguments_in_deltas_and_a_cut_call_is_incomplete(
     def stream(limit: int) -> tuple[list[str], Any]:
         deltas = []
         with sdk.responses.stream(**fields, max_output_tokens=limit) as events:
-            for event in events:
-                validate(
-                    "ResponseStreamEvent",
-                    event.model_dump(mode="json", exclude_unset=True, exclude={"snapshot"}),
-                )
+            for event in validated_responses_events(events):
                 if event.type == "response.function_call_arguments.delta":
                     deltas.append(event.delta)
                 if event.type in ("response.completed", "response.incomplete"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,15 @@ def validate(schema_name: str, body: Any) -> None:
     if errors:
         details = "\n".join(f"- {list(e.path)}: {e.message}" for e in errors[:10])
         raise AssertionError(f"{schema_name} validation failed:\n{details}\nbody: {json.dumps(body)[:2000]}")
+
+
+def validated_responses_events(events: Iterable[Any]) -> Iterator[Any]:
+    """The openai SDK's Responses stream events, each first checked against OpenAI's
+    ResponseStreamEvent schema as the wire carries it: field names by their aliases, unset fields
+    left out, without the snapshot the SDK accumulates."""
+    for event in events:
+        validate(
+            "ResponseStreamEvent",
+            event.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude={"snapshot"}),
+        )
+        yield event
